@@ -1,0 +1,299 @@
+"""System checks for the ``DJANGO_IQ`` settings and the database (ids django_iq.E0xx / W0xx)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections, router
+
+from django_iq.conf import ENV_PREFIX, SETTINGS, iq_settings
+from django_iq.exceptions import ImproperlyConfiguredIQ
+
+QUEUE_OPTIONS = ("weight", "max_concurrency", "is_paused")
+QUEUE_OPTION_HINTS = {
+    "weight": "The default is 1; a queue of weight 2 gets twice the share of a queue of weight 1.",
+    "max_concurrency": "Use None (the default) for no limit.",
+}
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in types)
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Validate every key of ``DJANGO_IQ``: known, well typed, in range, consistent."""
+    errors: list[CheckMessage] = []
+    user = getattr(settings, "DJANGO_IQ", {})
+    if not isinstance(user, dict):
+        return [
+            Error(
+                f"DJANGO_IQ must be a dict, got {type(user).__name__}.",
+                hint="Set DJANGO_IQ = {} or a dict of the keys in docs/reference/settings.md.",
+                id="django_iq.E001",
+            )
+        ]
+    for key, value in user.items():
+        spec = SETTINGS.get(key)
+        if spec is None:
+            close = difflib.get_close_matches(str(key), list(SETTINGS), n=1)
+            errors.append(
+                Error(
+                    f"DJANGO_IQ has an unknown key {key!r}.",
+                    hint=f"Did you mean {close[0]!r}?"
+                    if close
+                    else "See docs/reference/settings.md.",
+                    id="django_iq.E002",
+                )
+            )
+            continue
+        if (isinstance(value, bool) and bool not in spec.types) or not isinstance(
+            value, spec.types
+        ):
+            errors.append(
+                Error(
+                    f"DJANGO_IQ[{key!r}] must be {_type_names(spec.types)}, got "
+                    f"{type(value).__name__} {value!r}.",
+                    hint=f"The default is {spec.default!r}.",
+                    id="django_iq.E003",
+                )
+            )
+            continue
+        if isinstance(value, (int, float)) and (
+            (spec.minimum is not None and value < spec.minimum)
+            or (spec.maximum is not None and value > spec.maximum)
+        ):
+            errors.append(
+                Error(
+                    f"DJANGO_IQ[{key!r}] is {value!r}, out of range "
+                    f"[{spec.minimum}, {spec.maximum if spec.maximum is not None else '∞'}].",
+                    hint=f"The default is {spec.default!r}.",
+                    id="django_iq.E004",
+                )
+            )
+    if errors:
+        return errors
+    try:
+        merged = {key: getattr(iq_settings, key) for key in SETTINGS}
+    except ImproperlyConfiguredIQ as exc:
+        return [
+            Error(
+                str(exc),
+                hint=f"Environment variables {ENV_PREFIX}* override settings.",
+                id="django_iq.E005",
+            )
+        ]
+    for resource in ("CPU", "MEMORY"):
+        throttle, resume = (
+            merged[f"{resource}_THROTTLE_PERCENT"],
+            merged[f"{resource}_RESUME_PERCENT"],
+        )
+        if resume >= throttle:
+            errors.append(
+                Error(
+                    f"{resource}_RESUME_PERCENT ({resume}) must be below {resource}_THROTTLE_PERCENT "
+                    f"({throttle}).",
+                    hint="Workers stop claiming above the throttle level and start again below the "
+                    "resume level; a resume level at or above it would never throttle.",
+                    id="django_iq.E006",
+                )
+            )
+    if merged["BACKOFF_MAX_SECONDS"] < merged["BACKOFF_BASE_SECONDS"]:
+        errors.append(
+            Error(
+                f"BACKOFF_MAX_SECONDS ({merged['BACKOFF_MAX_SECONDS']}) is below BACKOFF_BASE_SECONDS "
+                f"({merged['BACKOFF_BASE_SECONDS']}).",
+                hint="The first retry waits BACKOFF_BASE_SECONDS; the cap must be at least that.",
+                id="django_iq.E007",
+            )
+        )
+    errors.extend(_check_queues(merged["QUEUES"]))
+    return errors
+
+
+def _check_queues(queues: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name, options in queues.items():
+        if not isinstance(name, str) or not name or len(name) > 100:
+            errors.append(
+                Error(
+                    f"QUEUES has an invalid name {name!r}.",
+                    hint="Use 1 to 100 characters.",
+                    id="django_iq.E008",
+                )
+            )
+            continue
+        if options is None:
+            continue
+        if not isinstance(options, dict):
+            errors.append(
+                Error(
+                    f"QUEUES[{name!r}] must be a dict, got {type(options).__name__}.",
+                    hint='e.g. {"weight": 2}',
+                    id="django_iq.E008",
+                )
+            )
+            continue
+        for option, value in options.items():
+            if option not in QUEUE_OPTIONS:
+                close = difflib.get_close_matches(str(option), QUEUE_OPTIONS, n=1)
+                errors.append(
+                    Error(
+                        f"QUEUES[{name!r}] has an unknown option {option!r}.",
+                        hint=f"Did you mean {close[0]!r}?"
+                        if close
+                        else f"Valid: {', '.join(QUEUE_OPTIONS)}.",
+                        id="django_iq.E009",
+                    )
+                )
+            elif option in ("weight", "max_concurrency") and not (
+                (value is None and option == "max_concurrency")
+                or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+            ):
+                errors.append(
+                    Error(
+                        f"QUEUES[{name!r}][{option!r}] must be an integer >= 1, got {value!r}.",
+                        hint=QUEUE_OPTION_HINTS[option],
+                        id="django_iq.E010",
+                    )
+                )
+    return errors
+
+
+@register(Tags.database)
+def check_database(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Warn when SQLite is used without IMMEDIATE transactions (concurrent claims would fail)."""
+    from django_iq.models import Entry
+
+    if not databases:
+        return []
+    alias = router.db_for_write(Entry)
+    if alias not in databases:
+        return []
+    connection = connections[alias]
+    messages: list[CheckMessage] = []
+    if (
+        connection.vendor == "sqlite"
+        and connection.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"
+    ):
+        messages.append(
+            Warning(
+                f"SQLite database {alias!r} does not use IMMEDIATE transactions.",
+                hint='Set DATABASES[...]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", '
+                '"init_command": "PRAGMA journal_mode=WAL;"} so several worker processes can claim '
+                "without 'database is locked' errors.",
+                id="django_iq.W001",
+            )
+        )
+    if connection.vendor not in ("postgresql", "sqlite", "mysql"):
+        messages.append(
+            Error(
+                f"django_iq does not support the {connection.vendor!r} database.",
+                hint="Use PostgreSQL, MariaDB (>= 10.6) or SQLite.",
+                id="django_iq.E011",
+            )
+        )
+    return messages
+
+
+CRON_KEYS = ("job", "schedule", "timezone", "args", "kwargs", "queue", "priority")
+
+
+@register(Tags.compatibility)
+def check_leader_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Validate ``DJANGO_IQ["CRON"]`` and the leader's timing settings."""
+    user = getattr(settings, "DJANGO_IQ", {})
+    if not isinstance(user, dict) or any(key not in SETTINGS for key in user):
+        return []  # check_settings reports these
+    try:
+        lease, poll = iq_settings.LEADER_LEASE_SECONDS, iq_settings.LEADER_POLL_SECONDS
+        silent, heartbeat = (
+            iq_settings.WORKER_SILENT_AFTER_SECONDS,
+            iq_settings.HEARTBEAT_INTERVAL_SECONDS,
+        )
+        cron = iq_settings.CRON
+    except ImproperlyConfiguredIQ:
+        return []
+    errors: list[CheckMessage] = []
+    if isinstance(lease, (int, float)) and isinstance(poll, (int, float)) and lease < 2 * poll:
+        errors.append(
+            Error(
+                f"LEADER_LEASE_SECONDS ({lease}) must be at least twice LEADER_POLL_SECONDS ({poll}).",
+                hint="The leader renews its lease every poll; a shorter lease would expire between renewals.",
+                id="django_iq.E012",
+            )
+        )
+    if (
+        isinstance(silent, (int, float))
+        and isinstance(heartbeat, (int, float))
+        and silent < 2 * heartbeat
+    ):
+        errors.append(
+            Error(
+                f"WORKER_SILENT_AFTER_SECONDS ({silent}) must be at least twice "
+                f"HEARTBEAT_INTERVAL_SECONDS ({heartbeat}).",
+                hint="Otherwise a live worker could be declared dead between two heartbeats.",
+                id="django_iq.E013",
+            )
+        )
+    if isinstance(cron, dict):
+        errors.extend(_check_cron(cron))
+    return errors
+
+
+def _check_cron(cron: dict[str, Any]) -> list[CheckMessage]:
+    from django_iq.cron import validate_schedule
+    from django_iq.exceptions import JobNotRegistered
+    from django_iq.registry import get_job
+
+    errors: list[CheckMessage] = []
+    for name, spec in cron.items():
+        where = f"DJANGO_IQ['CRON'][{name!r}]"
+        if not isinstance(spec, dict):
+            errors.append(
+                Error(
+                    f"{where} must be a dict, got {type(spec).__name__}.",
+                    hint='e.g. {"job": "app.jobs.cleanup", "schedule": "0 3 * * *"}',
+                    id="django_iq.E014",
+                )
+            )
+            continue
+        unknown = [key for key in spec if key not in CRON_KEYS]
+        missing = [key for key in ("job", "schedule") if key not in spec]
+        if unknown or missing:
+            errors.append(
+                Error(
+                    f"{where} has unknown keys {unknown} and is missing {missing}."
+                    if unknown and missing
+                    else f"{where} has unknown keys {unknown}."
+                    if unknown
+                    else f"{where} is missing {missing}.",
+                    hint=f"Valid keys: {', '.join(CRON_KEYS)}; job and schedule are required.",
+                    id="django_iq.E014",
+                )
+            )
+            continue
+        try:
+            validate_schedule(spec["schedule"], spec.get("timezone", "UTC"))
+        except ValueError as exc:
+            errors.append(
+                Error(
+                    f"{where}: {exc}", hint="Check the schedule and timezone.", id="django_iq.E015"
+                )
+            )
+        try:
+            get_job(spec["job"])
+        except JobNotRegistered as exc:
+            errors.append(
+                Error(
+                    f"{where}: {exc}",
+                    hint="Cron jobs run registered jobs only.",
+                    id="django_iq.E016",
+                )
+            )
+    return errors

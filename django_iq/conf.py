@@ -1,0 +1,140 @@
+"""The only reader of ``settings.DJANGO_IQ``: defaults, types, environment overrides, cache reset."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+ENV_PREFIX = "DJANGO_IQ_"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of the ``DJANGO_IQ`` dict: its default, accepted types and lower bound."""
+
+    default: Any
+    types: tuple[type, ...]
+    minimum: float | None = None
+    maximum: float | None = None
+    env: bool = False  # may an environment variable DJANGO_IQ_<KEY> override it?
+
+
+# Each key with its type, default and unit (the unit is in the name). See docs/reference/settings.md.
+SETTINGS: dict[str, Setting] = {
+    # Queues created on first use, as {"name": {"weight": 1, "max_concurrency": None}}.
+    "QUEUES": Setting({}, (dict,)),
+    "DEFAULT_QUEUE": Setting("default", (str,)),
+    "DEFAULT_PRIORITY": Setting(0, (int,), -100, 100),
+    "DEFAULT_MAX_ATTEMPTS": Setting(3, (int,), 1),
+    "BACKOFF_BASE_SECONDS": Setting(2.0, (int, float), 0),
+    "BACKOFF_MAX_SECONDS": Setting(3600.0, (int, float), 0),
+    "BACKOFF_JITTER": Setting(0.25, (int, float), 0, 1),
+    # Extra modules imported to register jobs, besides each installed app's ``jobs`` module.
+    "JOB_MODULES": Setting([], (list, tuple)),
+    "PROCESSING_THREADS": Setting(4, (int,), 1, 512, env=True),
+    "SCHEDULING_THREADS": Setting(1, (int,), 1, 16, env=True),
+    "CLAIM_BATCH_SIZE": Setting(100, (int,), 1, 10_000),
+    "POLL_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600, env=True),
+    "PROMOTE_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600),
+    "HEARTBEAT_INTERVAL_SECONDS": Setting(5.0, (int, float), 0.1, 3600, env=True),
+    "SHUTDOWN_GRACE_SECONDS": Setting(30.0, (int, float), 0, 86_400, env=True),
+    "CPU_THROTTLE_PERCENT": Setting(95.0, (int, float), 1, 100, env=True),
+    "CPU_RESUME_PERCENT": Setting(85.0, (int, float), 0, 100, env=True),
+    "MEMORY_THROTTLE_PERCENT": Setting(90.0, (int, float), 1, 100, env=True),
+    "MEMORY_RESUME_PERCENT": Setting(80.0, (int, float), 0, 100, env=True),
+    # CPU and memory are read at most this often; each CPU reading covers this window.
+    "GOVERNOR_SAMPLE_SECONDS": Setting(1.0, (int, float), 0.05, 60),
+    "TRACEBACK_MAX_CHARS": Setting(20_000, (int,), 1_000),
+    # -- the leader --------------------------------------------------------------------------
+    # Cron jobs: {"name": {"job": "app.jobs.f", "schedule": "*/5 * * * *", "args": [], ...}}.
+    "CRON": Setting({}, (dict,)),
+    "LEADER_LEASE_SECONDS": Setting(15.0, (int, float), 1, 3600, env=True),
+    "LEADER_POLL_SECONDS": Setting(1.0, (int, float), 0.01, 600, env=True),
+    "WORKER_SILENT_AFTER_SECONDS": Setting(30.0, (int, float), 0.1, 86_400, env=True),
+    "RECOVERY_INTERVAL_SECONDS": Setting(5.0, (int, float), 0.01, 3600),
+    "PRIORITY_DECAY_STEP": Setting(10, (int,), 0, 200),
+    "CRON_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600),
+    "PRUNE_INTERVAL_SECONDS": Setting(60.0, (int, float), 0.01, 86_400),
+    "PRUNE_BATCH_SIZE": Setting(1000, (int,), 1, 100_000),
+    "ERROR_RETENTION_SECONDS": Setting(7 * 86_400.0, (int, float), 1),
+    "WORKER_RETENTION_SECONDS": Setting(86_400.0, (int, float), 1),
+    # Finished Django Tasks results are kept this long after they finish.
+    "RESULT_RETENTION_SECONDS": Setting(7 * 86_400.0, (int, float), 1),
+    # Per-minute throughput rows (the dashboard's charts) are kept this long.
+    "METRICS_RETENTION_SECONDS": Setting(86_400.0, (int, float), 3600),
+    # -- operations --------------------------------------------------------------------------
+    # Bearer token letting Prometheus scrape the metrics endpoint without a session; None: staff only.
+    "METRICS_TOKEN": Setting(None, (str, type(None))),
+}
+
+
+class IQSettings:
+    """Typed access to the merged settings: ``iq_settings.HEARTBEAT_INTERVAL_SECONDS``."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] | None = None
+
+    def user_settings(self) -> dict[str, Any]:
+        """Return the user's ``DJANGO_IQ`` dict as written (empty when unset)."""
+        value = getattr(settings, "DJANGO_IQ", {})
+        return value if isinstance(value, dict) else {}
+
+    def _load(self) -> dict[str, Any]:
+        merged = {key: spec.default for key, spec in SETTINGS.items()}
+        merged.update({k: v for k, v in self.user_settings().items() if k in SETTINGS})
+        for key, spec in SETTINGS.items():
+            raw = os.environ.get(ENV_PREFIX + key)
+            if spec.env and raw not in (None, ""):
+                merged[key] = _parse_env(key, raw, spec)
+        return merged
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in SETTINGS:
+            raise AttributeError(f"django_iq has no setting {name!r}")
+        if self._cache is None:
+            self._cache = self._load()
+        return self._cache[name]
+
+    def reset(self) -> None:
+        """Forget the merged values so the next read sees current settings."""
+        self._cache = None
+
+
+def _parse_env(key: str, raw: str, spec: Setting) -> Any:
+    from django_iq.exceptions import ImproperlyConfiguredIQ
+
+    try:
+        value = int(raw) if spec.types == (int,) else float(raw)
+    except ValueError:
+        raise ImproperlyConfiguredIQ(
+            f"Environment variable {ENV_PREFIX}{key}={raw!r} is not a number; "
+            f"set it to a {'whole ' if spec.types == (int,) else ''}number or unset it."
+        ) from None
+    # The system checks only see the settings dict, so the range is enforced here; "nan" and
+    # "inf" parse as floats but would silently disable every comparison made with them.
+    if (
+        not math.isfinite(value)
+        or (spec.minimum is not None and value < spec.minimum)
+        or (spec.maximum is not None and value > spec.maximum)
+    ):
+        upper = spec.maximum if spec.maximum is not None else "∞"
+        raise ImproperlyConfiguredIQ(
+            f"Environment variable {ENV_PREFIX}{key}={raw!r} is out of range "
+            f"[{spec.minimum}, {upper}]; set it within the range or unset it."
+        )
+    return value
+
+
+iq_settings = IQSettings()
+
+
+@receiver(setting_changed)
+def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "DJANGO_IQ":
+        iq_settings.reset()

@@ -1,0 +1,37 @@
+"""The django_iq exception hierarchy: ``IQError`` at the base, builtin bases where callers expect them."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class IQError(Exception):
+    """Base class of every django_iq error."""
+
+
+class ImproperlyConfiguredIQ(IQError, ImproperlyConfigured):
+    """The ``DJANGO_IQ`` settings or a job declaration are wrong."""
+
+
+class JobNotRegistered(IQError, LookupError):
+    """A job name does not name a job registered with ``@job``."""
+
+
+class InvalidJobArguments(IQError, TypeError):
+    """Job arguments cannot be stored as JSON."""
+
+
+class InvalidJobOptions(IQError, ValueError):
+    """An option given to ``@job`` or ``using()`` is unknown or out of range."""
+
+
+class QueueNotFound(IQError, LookupError):
+    """A queue name is neither in the database nor declared in settings or by a job."""
+
+
+class LeadershipLost(IQError):
+    """The leader's lease expired or was taken over; it must stop acting."""
+
+
+class WorkerLost(IQError):
+    """Recorded (never raised) when recovery finds an entry's worker dead or no longer holding it."""

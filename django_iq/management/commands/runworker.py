@@ -1,0 +1,86 @@
+"""``manage.py runworker``: parse and validate options, configure logging, run the worker."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from django.core import checks
+from django.core.management.base import BaseCommand, CommandError
+from django.db import router
+
+from django_iq.exceptions import QueueNotFound
+from django_iq.management.logconfig import configure_logging
+from django_iq.models import Entry, Queue
+from django_iq.worker import WorkerProcess, run_supervisor
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be greater than zero, got {number}")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run a django_iq worker: claim entries from the database and run their jobs."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--queues", help="Comma-separated queues to serve (default: all).")
+        parser.add_argument("--threads", type=positive_int, help="Processing threads per process.")
+        parser.add_argument(
+            "--scheduling-threads", type=positive_int, help="Scheduling threads per process."
+        )
+        parser.add_argument(
+            "--processes", type=positive_int, default=1, help="Worker processes (default 1)."
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Exit 0 once nothing is claimable."
+        )
+        parser.add_argument(
+            "--name", help="Node name prefix (default: host name); the pid is appended."
+        )
+        parser.add_argument(
+            "--shutdown-grace-seconds", type=float, help="Wait this long for running jobs on stop."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queues = [q.strip() for q in (options["queues"] or "").split(",") if q.strip()] or None
+        if options["queues"] is not None and not queues:
+            raise CommandError("--queues needs at least one queue name.")
+        grace = options["shutdown_grace_seconds"]
+        if grace is not None and grace < 0:
+            raise CommandError(f"--shutdown-grace-seconds must be >= 0, got {grace}.")
+        if options["verbosity"] >= 1:
+            configure_logging(logging.DEBUG if options["verbosity"] >= 3 else logging.INFO)
+        for name in queues or []:
+            try:
+                Queue.objects.ensure(name)
+            except QueueNotFound as exc:
+                raise CommandError(str(exc)) from None
+        # Database checks (SQLite's transaction mode) are not part of the default command checks.
+        for message in checks.run_checks(
+            tags=[checks.Tags.database], databases=[router.db_for_write(Entry)]
+        ):
+            if message.is_serious(checks.ERROR):
+                raise CommandError(str(message))
+            self.stderr.write(self.style.WARNING(str(message)))
+        worker_options: dict[str, Any] = {
+            "queues": queues,
+            "processing_threads": options["threads"],
+            "scheduling_threads": options["scheduling_threads"],
+            "name": options["name"],
+            "shutdown_grace_seconds": grace,
+        }
+        if options["processes"] > 1:
+            code = run_supervisor(
+                processes=options["processes"], burst=options["burst"], **worker_options
+            )
+        else:
+            code = WorkerProcess(burst=options["burst"], **worker_options).run()
+        if code:
+            raise SystemExit(code)

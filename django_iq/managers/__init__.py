@@ -1,0 +1,32 @@
+"""Managers and querysets: the only writers of state (queues, entries, locks, errors, workers,
+the lease, cron jobs and task results), one module per model family."""
+
+from django_iq.managers.cron import CronJobManager
+from django_iq.managers.entries import ENQUEUE_BATCH_SIZE, Claim, EntryManager, EntryQuerySet
+from django_iq.managers.errors import EntryErrorManager, EntryErrorQuerySet
+from django_iq.managers.leadership import LEASE_NAME, LeaderLeaseManager
+from django_iq.managers.locks import GroupLockManager
+from django_iq.managers.metrics import QueueMinuteManager, QueueTally, QueueTotalManager
+from django_iq.managers.queues import QueueManager, QueueStats
+from django_iq.managers.results import ResultManager
+from django_iq.managers.workers import WorkerManager
+
+__all__ = [
+    "ENQUEUE_BATCH_SIZE",
+    "LEASE_NAME",
+    "Claim",
+    "CronJobManager",
+    "EntryErrorManager",
+    "EntryErrorQuerySet",
+    "EntryManager",
+    "EntryQuerySet",
+    "GroupLockManager",
+    "LeaderLeaseManager",
+    "QueueManager",
+    "QueueMinuteManager",
+    "QueueStats",
+    "QueueTally",
+    "QueueTotalManager",
+    "ResultManager",
+    "WorkerManager",
+]

@@ -1,0 +1,473 @@
+"""Entries: enqueue, claim, complete, fail, promote, cancel, disable and enable."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import models, router, transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from django_iq import signals
+from django_iq.conf import iq_settings
+from django_iq.managers.common import ENQUEUE_BATCH_SIZE, TRUNCATED_MARK, storable_text
+from django_iq.queries import (
+    claim_in_one_statement,
+    insert_group_locks,
+    supports_single_statement_claim,
+)
+from django_iq.serialization import validate_arguments
+
+if TYPE_CHECKING:
+    from django_iq.models import (
+        Entry,
+        EntryError,
+        Worker,
+    )
+    from django_iq.registry import Job, JobOptions
+
+
+@dataclass
+class Claim:
+    """Entries claimed under one group lock: they run in order, in one processing thread."""
+
+    lock_id: int
+    lock_key: str
+    queue: str
+    entries: list[Entry] = field(default_factory=list)
+
+
+class EntryQuerySet(models.QuerySet["Entry"]):
+    def initial(self) -> EntryQuerySet:
+        return self.filter(state="initial")
+
+    def pending(self) -> EntryQuerySet:
+        return self.filter(state="pending")
+
+    def disabled(self) -> EntryQuerySet:
+        return self.filter(state="disabled")
+
+    def _locked(self) -> Exists:
+        from django_iq import models as iq
+
+        return Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key")))
+
+    def computing(self) -> EntryQuerySet:
+        """Pending entries whose group lock is held: a worker has them."""
+        return self.pending().filter(self._locked())
+
+    def awaiting_compute(self) -> EntryQuerySet:
+        """Pending entries with no lock: ready, waiting for a processing thread."""
+        return self.pending().filter(~self._locked())
+
+    def due(self, now: datetime) -> EntryQuerySet:
+        """Deferred entries whose run_at has come."""
+        return self.initial().filter(run_at__lte=now)
+
+
+class EntryManager(models.Manager["Entry"]):
+    """State changes of entries, plus the queryset's state filters."""
+
+    def get_queryset(self) -> EntryQuerySet:
+        return EntryQuerySet(self.model, using=self._db)
+
+    def _on(self, db: str) -> EntryQuerySet:
+        return self.get_queryset().using(db)
+
+    def initial(self) -> EntryQuerySet:
+        return self.get_queryset().initial()
+
+    def pending(self) -> EntryQuerySet:
+        return self.get_queryset().pending()
+
+    def disabled(self) -> EntryQuerySet:
+        return self.get_queryset().disabled()
+
+    def computing(self) -> EntryQuerySet:
+        return self.get_queryset().computing()
+
+    def awaiting_compute(self) -> EntryQuerySet:
+        return self.get_queryset().awaiting_compute()
+
+    def due(self, now: datetime) -> EntryQuerySet:
+        return self.get_queryset().due(now)
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def _build(
+        self,
+        job: Job[Any, Any],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        options: JobOptions,
+        now: datetime,
+        disabled: bool,
+    ) -> Entry:
+        """Build an unsaved entry from arguments already checked by ``validate_arguments``."""
+        wanted = options.run_at
+        run_at = now + wanted if isinstance(wanted, timedelta) else (wanted or now)
+        if disabled:
+            state = "disabled"
+        else:
+            state = "initial" if run_at > now else "pending"
+        return self.model(
+            queue_id=options.queue_name,
+            job_name=job.name,
+            args=list(args),
+            kwargs=kwargs,
+            priority=options.effective_priority,
+            state=state,
+            group_key=options.group_key,
+            lock_key=f"g:{options.group_key}" if options.group_key else f"e:{uuid.uuid4().hex}",
+            run_at=run_at,
+            max_attempts=options.effective_max_attempts,
+            enqueued_at=now,
+        )
+
+    def enqueue(
+        self, job: Job[Any, Any], args: Sequence[Any], kwargs: dict[str, Any], options: JobOptions
+    ) -> Entry:
+        """Validate and insert one entry; raise before writing anything if input is bad.
+
+        Inside ``transaction.atomic()`` the entry is invisible to workers until commit.
+        """
+        (entry,) = self.enqueue_many(job, [(args, kwargs)], options)
+        return entry
+
+    def enqueue_many(
+        self,
+        job: Job[Any, Any],
+        calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        options: JobOptions,
+        result_ids: Sequence[str] | None = None,
+    ) -> list[Entry]:
+        """Validate every call first, then insert them in batches of 1,000 in one transaction.
+
+        ``result_ids`` links each entry to its ``Result`` row (Django Tasks backend).
+        """
+        from django_iq import models as iq
+
+        now = timezone.now()
+        db = router.db_for_write(self.model)
+        # Every call is validated before the queue is looked up, since ensure() may create the
+        # queue row: a refused enqueue must write nothing.
+        validated = []
+        for index, call in enumerate(calls):
+            try:
+                args, kwargs = call
+            except (TypeError, ValueError):
+                from django_iq.exceptions import InvalidJobArguments
+
+                raise InvalidJobArguments(
+                    f"Call {index} must be an (args, kwargs) pair, got {call!r:.80}."
+                ) from None
+            validated.append(validate_arguments(args, kwargs))
+        iq.Queue.objects.db_manager(db).ensure(options.queue_name)
+        disabled = iq.DisabledJob.objects.using(db).filter(job_name=job.name).exists()
+        entries = [
+            self._build(job, args, kwargs, options, now, disabled) for args, kwargs in validated
+        ]
+        for entry, result_id in zip(entries, result_ids or [], strict=False):
+            entry.result_id = result_id
+        with transaction.atomic(using=db):
+            created = self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
+        for entry in created:
+            signals.entry_enqueued.send(sender=self.model, entry=entry)
+        return created
+
+    # -- claim -------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        worker: Worker | None,
+        limit: int,
+        queue: str,
+        now: datetime | None = None,
+        *,
+        is_capped: bool | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``limit`` ready entries of ``queue`` for ``worker`` by creating group locks.
+
+        Entries come by priority (highest first), then FIFO. Each claim holds one lock; entries
+        sharing a lock key selected together run in the same claim. One transaction: the entries
+        are read ``FOR UPDATE SKIP LOCKED`` (SQLite serializes writers instead), then the locks
+        are inserted; a key another worker locked meanwhile is skipped, so no entry is claimed
+        twice. Paused queues and disabled jobs yield nothing.
+
+        ``is_capped=False`` (the scheduler knows the queue has no ``max_concurrency``) lets
+        PostgreSQL claim in a single statement, one round trip; the statement re-checks that
+        the queue is neither paused nor capped.
+        """
+        from django_iq import models as iq
+
+        db = router.db_for_write(self.model)
+        worker_id = worker.pk if worker is not None else None
+        if is_capped is False and supports_single_statement_claim(db):
+            claims: dict[str, Claim] = {}
+            stamp = now or timezone.now()
+            for entry, lock_id in claim_in_one_statement(db, queue, worker_id, limit, stamp):
+                claim = claims.setdefault(entry.lock_key, Claim(lock_id, entry.lock_key, queue))
+                claim.entries.append(entry)
+            return list(claims.values())
+        with transaction.atomic(using=db):
+            # Stamped once the transaction holds its locks (SQLite may wait for the write lock
+            # at BEGIN): recovery compares locked_at with the worker's heartbeat reports.
+            now = now or timezone.now()
+            queue_row = (
+                iq.Queue.objects.using(db)
+                .filter(name=queue)
+                .values("is_paused", "max_concurrency")
+                .first()
+            )
+            if queue_row is None or queue_row["is_paused"]:
+                return []
+            if queue_row["max_concurrency"]:
+                # Serialize claimers of a capped queue so the cap holds cluster-wide. A row lock
+                # does not block readers: queues stay readable at all times.
+                iq.Queue.objects.using(db).select_for_update().filter(name=queue).values_list(
+                    "pk"
+                ).first()
+                running = iq.GroupLock.objects.using(db).filter(queue_id=queue).count()
+                limit = min(limit, queue_row["max_concurrency"] - running)
+                if limit <= 0:
+                    return []
+            candidates = list(
+                self._on(db)
+                .filter(state="pending", queue_id=queue)
+                .exclude(Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key"))))
+                .exclude(Exists(iq.DisabledJob.objects.filter(job_name=OuterRef("job_name"))))
+                .order_by("-priority", "pk")
+                .select_for_update(skip_locked=True)[:limit]
+            )
+            if not candidates:
+                return []
+            first_entry: dict[str, int] = {}
+            for entry in candidates:
+                first_entry.setdefault(entry.lock_key, entry.pk)
+            taken = insert_group_locks(db, first_entry, queue, worker_id, now)
+        claims = {}
+        for entry in candidates:
+            if entry.lock_key in taken:
+                claim = claims.setdefault(
+                    entry.lock_key, Claim(taken[entry.lock_key], entry.lock_key, queue)
+                )
+                claim.entries.append(entry)
+        return list(claims.values())
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def complete(
+        self,
+        entry: Entry,
+        lock_id: int | None,
+        now: datetime | None = None,
+        return_value: Any = None,
+    ) -> bool:
+        """Delete a finished entry and, if ``lock_id`` is given, its lock, in one transaction.
+
+        The entry row goes first: a claimer holding that row waits for us, then finds our lock
+        and skips it (the reverse order could deadlock). Return False if the lock was gone
+        (recovery released it), True otherwise.
+        """
+        from django_iq import models as iq
+
+        db = router.db_for_write(self.model)
+        with transaction.atomic(using=db):
+            self._on(db).filter(pk=entry.pk).delete()
+            if entry.result_id is not None:
+                iq.Result.objects.db_manager(db).record_success(
+                    entry.result_id, return_value, now or timezone.now()
+                )
+            if entry.cron_job_id is not None:
+                self._after_cron_run(entry, now or timezone.now())
+            if lock_id is None:
+                return True
+            return iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()[0] > 0
+
+    def _after_cron_run(self, entry: Entry, now: datetime) -> None:
+        """Record a cron entry's run and create the next one, in the caller's transaction."""
+        from django_iq import models as iq
+
+        if entry.cron_job_id is None:
+            return
+        iq.CronJob.objects.filter(pk=entry.cron_job_id).update(last_run_at=now)
+        iq.CronJob.objects.schedule_next(entry.cron_job_id, now)
+
+    def fail(
+        self,
+        entry: Entry,
+        lock_id: int | None,
+        *,
+        exception_class: str,
+        message: str,
+        traceback: str,
+        retry_at: datetime | None,
+        worker_name: str = "",
+        now: datetime | None = None,
+    ) -> EntryError:
+        """Record a failed attempt; retry at ``retry_at`` (``initial``) or, if None or attempts
+        are used up, remove the entry and leave a final error record. One transaction."""
+        from django_iq import models as iq
+
+        now = now or timezone.now()
+        db = router.db_for_write(self.model)
+        attempt = entry.attempts + 1
+        final = retry_at is None or attempt >= entry.max_attempts
+        message, traceback = storable_text(message), storable_text(traceback)
+        limit = iq_settings.TRACEBACK_MAX_CHARS
+        if len(traceback) > limit:
+            # Keep the end, where the exception is, and stay within the limit with the marker.
+            traceback = TRUNCATED_MARK + traceback[len(traceback) - limit + len(TRUNCATED_MARK) :]
+        with transaction.atomic(using=db):
+            error = iq.EntryError.objects.using(db).create(
+                entry_id=entry.pk,
+                queue_id=entry.queue_id,
+                job_name=entry.job_name,
+                args=entry.args,
+                kwargs=entry.kwargs,
+                priority=entry.priority,
+                group_key=entry.group_key,
+                max_attempts=entry.max_attempts,
+                attempt=attempt,
+                exception_class=exception_class[:255],
+                message=message,
+                traceback=traceback,
+                worker_name=worker_name[:200],
+                enqueued_at=entry.enqueued_at,
+                failed_at=now,
+                is_final=final,
+            )
+            if entry.result_id is not None:
+                iq.Result.objects.db_manager(db).record_failure(
+                    entry.result_id,
+                    exception_class=exception_class[:255],
+                    traceback=traceback,
+                    final=final,
+                    now=now,
+                )
+            rows = self._on(db).filter(pk=entry.pk)
+            if final:
+                rows.delete()
+                if entry.cron_job_id is not None:
+                    self._after_cron_run(entry, now)
+            else:
+                # An entry disabled while it ran stays disabled; otherwise it waits for retry_at.
+                rows.exclude(state="disabled").update(
+                    state="initial", run_at=retry_at, attempts=attempt
+                )
+                rows.filter(state="disabled").update(run_at=retry_at, attempts=attempt)
+            if lock_id is not None:
+                iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()
+        return error
+
+    def promote_due(self, now: datetime | None = None, limit: int = 1000) -> int:
+        """Make deferred entries whose run_at has come ``pending``; return how many."""
+        now = now or timezone.now()
+        db = router.db_for_write(self.model)
+        with transaction.atomic(using=db):
+            ids = list(
+                self._on(db)
+                .due(now)
+                .order_by("run_at")
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)[:limit]
+            )
+            if not ids:
+                return 0
+            return self._on(db).filter(pk__in=ids, state="initial").update(state="pending")
+
+    def run_now(self, ids: Iterable[int]) -> int:
+        """Make deferred entries ``pending`` at once; return how many changed."""
+        return self.filter(pk__in=list(ids), state="initial").update(
+            state="pending", run_at=timezone.now()
+        )
+
+    def cancel(self, ids: Iterable[int]) -> tuple[int, int]:
+        """Delete the given entries unless a worker is running them.
+
+        Return ``(cancelled, skipped)``: entries whose group lock is held are refused, since a
+        worker is computing them. Who cancelled is the caller's to record (the admin and the API
+        write Django's admin log).
+        """
+        ids = list(ids)
+        db = router.db_for_write(self.model)
+        with transaction.atomic(using=db):
+            rows = self._on(db).filter(pk__in=ids)
+            locked = rows.filter(self.get_queryset()._locked()).count()
+            cancelled = rows.exclude(self.get_queryset()._locked()).delete()[0]
+        return cancelled, locked
+
+    def cancel_returning(self, ids: Iterable[int]) -> tuple[list[Entry], list[int]]:
+        """Cancel as ``cancel`` does; return the entries deleted and the ids refused as running.
+
+        For callers that record what they cancelled (the API writes an admin log entry per
+        entry). The rows are locked first and the group locks read after, in a statement of its
+        own: a claim committed meanwhile is seen and its entries are refused, and no worker can
+        claim a locked row before the delete (SQLite serializes writers instead). Ids that match
+        no entry are in neither list.
+        """
+        from django_iq import models as iq
+
+        db = router.db_for_write(self.model)
+        with transaction.atomic(using=db):
+            rows = list(
+                self._on(db).filter(pk__in=sorted(set(ids))).order_by("pk").select_for_update()
+            )
+            held = set(
+                iq.GroupLock.objects.using(db)
+                .filter(key__in={entry.lock_key for entry in rows})
+                .values_list("key", flat=True)
+            )
+            cancelled = [entry for entry in rows if entry.lock_key not in held]
+            if cancelled:
+                self._on(db).filter(pk__in=[entry.pk for entry in cancelled]).delete()
+        return cancelled, [entry.pk for entry in rows if entry.lock_key in held]
+
+    def oldest_waiting(self) -> dict[str, datetime]:
+        """The enqueue time of the oldest entry awaiting compute, per queue."""
+        from django.db.models import Min
+
+        rows = (
+            self.get_queryset()
+            .awaiting_compute()
+            .values("queue")
+            .annotate(oldest=Min("enqueued_at"))
+            .order_by()
+            .values_list("queue", "oldest")
+        )
+        return {str(queue): oldest for queue, oldest in rows}
+
+    # -- disable / enable --------------------------------------------------------------------
+
+    def disable(self, job_name: str) -> int:
+        """Stop claiming ``job_name``: its entries, and any enqueued later, become ``disabled``.
+
+        Entries already running finish. Return how many entries were disabled.
+        """
+        from django_iq import models as iq
+
+        db = router.db_for_write(self.model)
+        with transaction.atomic(using=db):
+            iq.DisabledJob.objects.using(db).get_or_create(job_name=job_name)
+            return (
+                self._on(db)
+                .filter(job_name=job_name, state__in=("initial", "pending"))
+                .update(state="disabled")
+            )
+
+    def enable(self, job_name: str, now: datetime | None = None) -> int:
+        """Claim ``job_name`` again: each disabled entry returns to ``initial`` or ``pending``
+        by its own run_at, with its own priority. Return how many entries were enabled."""
+        from django_iq import models as iq
+
+        now = now or timezone.now()
+        db = router.db_for_write(self.model)
+        with transaction.atomic(using=db):
+            iq.DisabledJob.objects.using(db).filter(job_name=job_name).delete()
+            rows = self._on(db).filter(job_name=job_name, state="disabled")
+            deferred = rows.filter(run_at__gt=now).update(state="initial")
+            return deferred + rows.filter(run_at__lte=now).update(state="pending")

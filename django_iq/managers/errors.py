@@ -1,0 +1,113 @@
+"""Error records: the failed set, requeue and pruning."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.db import models, router, transaction
+from django.utils import timezone
+
+from django_iq import signals
+
+if TYPE_CHECKING:
+    from django_iq.models import (
+        Entry,
+        EntryError,
+    )
+
+
+class EntryErrorQuerySet(models.QuerySet["EntryError"]):
+    def failed(self) -> EntryErrorQuerySet:
+        """Final error records not yet requeued: the entries shown as ``failed``."""
+        return self.filter(is_final=True, requeued_at__isnull=True)
+
+
+class EntryErrorManager(models.Manager["EntryError"]):
+    """Failed attempts and the requeue of failed entries."""
+
+    def get_queryset(self) -> EntryErrorQuerySet:
+        return EntryErrorQuerySet(self.model, using=self._db)
+
+    def failed(self) -> EntryErrorQuerySet:
+        return self.get_queryset().failed()
+
+    def prune(self, older_than: datetime, batch_size: int) -> int:
+        """Delete up to ``batch_size`` error records that failed before ``older_than``."""
+        ids = list(
+            self.filter(failed_at__lt=older_than)
+            .order_by("failed_at")
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        return self.filter(pk__in=ids).delete()[0] if ids else 0
+
+    def requeue_matching(
+        self,
+        *,
+        job_name: str | None = None,
+        exception_class: str | None = None,
+        queue: str | None = None,
+        batch_size: int = 1000,
+    ) -> int:
+        """Requeue every failed entry of a job, exception class and/or queue, in batches.
+
+        Return how many entries were requeued.
+        """
+        rows = self.failed()
+        if job_name:
+            rows = rows.filter(job_name=job_name)
+        if exception_class:
+            rows = rows.filter(exception_class=exception_class)
+        if queue:
+            rows = rows.filter(queue_id=queue)
+        total = 0
+        while True:
+            batch = list(rows.order_by("pk")[:batch_size])
+            if not batch:
+                return total
+            total += len(self.requeue(batch))
+
+    def requeue(self, errors: Iterable[EntryError] | models.QuerySet[EntryError]) -> list[Entry]:
+        """Enqueue a fresh pending entry for each failed entry in ``errors``; return them.
+
+        Errors that are not final, or already requeued, are skipped. Entries of a disabled job
+        are created ``disabled``.
+        """
+        from django_iq import models as iq
+
+        db = router.db_for_write(self.model)
+        now = timezone.now()
+        ids = [e.pk for e in errors]
+        with transaction.atomic(using=db):
+            rows = list(
+                self.get_queryset().using(db).failed().filter(pk__in=ids).select_for_update()
+            )
+            # As with enqueue, an entry of a disabled job starts disabled, not pending.
+            disabled = set(
+                iq.DisabledJob.objects.using(db)
+                .filter(job_name__in={e.job_name for e in rows})
+                .values_list("job_name", flat=True)
+            )
+            entries = [
+                iq.Entry(
+                    queue_id=e.queue_id,
+                    job_name=e.job_name,
+                    args=e.args,
+                    kwargs=e.kwargs,
+                    priority=e.priority,
+                    state="disabled" if e.job_name in disabled else "pending",
+                    group_key=e.group_key,
+                    lock_key=f"g:{e.group_key}" if e.group_key else f"e:{uuid.uuid4().hex}",
+                    run_at=now,
+                    max_attempts=e.max_attempts,
+                    enqueued_at=now,
+                )
+                for e in rows
+            ]
+            created = iq.Entry.objects.using(db).bulk_create(entries)
+            self.using(db).filter(pk__in=[e.pk for e in rows]).update(requeued_at=now)
+        for entry in created:
+            signals.entry_enqueued.send(sender=iq.Entry, entry=entry)
+        return created

@@ -1,0 +1,84 @@
+"""Group locks: release of unstarted claims and recovery of stuck ones."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.db import models
+
+if TYPE_CHECKING:
+    from django_iq.models import (
+        GroupLock,
+    )
+
+
+class GroupLockManager(models.Manager["GroupLock"]):
+    def release(self, lock_ids: Iterable[int]) -> int:
+        """Delete locks of claims that never started, so their entries are claimable again."""
+        ids = sorted(lock_ids)
+        if not ids:
+            return 0
+        return self.filter(pk__in=ids).delete()[0]
+
+    def track(self, lock_id: int, entry_id: int) -> None:
+        """Record that the claim under ``lock_id`` has moved on to entry ``entry_id``."""
+        self.filter(pk=lock_id).update(entry_id=entry_id)
+
+    def recover(self, lock: GroupLock, reason: str, *, decay_step: int, now: datetime) -> str:
+        """Release a stuck lock and count the attempt of the entry its dead worker had started.
+
+        That entry loses ``decay_step`` priority (so an entry that keeps killing its worker
+        cannot starve new work), gets an ``EntryError`` saying why, and is pending again, or,
+        with its attempts used up, leaves the queue as failed. Return what became of it:
+        "retry", "failed" or "released". Run inside the leader's fenced transaction.
+        """
+        from django_iq import models as iq
+
+        outcome = "released"
+        entry = (
+            iq.Entry.objects.select_for_update().filter(pk=lock.entry_id, lock_key=lock.key).first()
+            if lock.entry_id is not None
+            else None
+        )
+        if entry is not None:
+            attempt = entry.attempts + 1
+            final = attempt >= entry.max_attempts
+            iq.EntryError.objects.create(
+                entry_id=entry.pk,
+                queue_id=entry.queue_id,
+                job_name=entry.job_name,
+                args=entry.args,
+                kwargs=entry.kwargs,
+                priority=entry.priority,
+                group_key=entry.group_key,
+                max_attempts=entry.max_attempts,
+                attempt=attempt,
+                exception_class="django_iq.exceptions.WorkerLost",
+                message=reason,
+                worker_name=lock.worker.name if lock.worker is not None else "",
+                enqueued_at=entry.enqueued_at,
+                failed_at=now,
+                is_final=final,
+            )
+            if entry.result_id is not None:
+                iq.Result.objects.record_failure(
+                    entry.result_id,
+                    exception_class="django_iq.exceptions.WorkerLost",
+                    traceback=reason,
+                    final=final,
+                    now=now,
+                )
+            if final:
+                iq.Entry.objects.filter(pk=entry.pk).delete()
+                if entry.cron_job_id is not None:
+                    iq.Entry.objects._after_cron_run(entry, now)
+                outcome = "failed"
+            else:
+                iq.Entry.objects.filter(pk=entry.pk).update(
+                    attempts=attempt, priority=max(-100, entry.priority - decay_step)
+                )
+                outcome = "retry"
+        self.filter(pk=lock.pk).delete()
+        return outcome

@@ -1,0 +1,94 @@
+"""Metrics: per-minute and lifetime counts of finished work, added to by workers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import models, router, transaction
+from django.db.models import Sum
+
+from django_iq.queries import upsert_add
+
+if TYPE_CHECKING:
+    from django_iq.models import QueueMinute, QueueTotal
+
+
+@dataclass
+class QueueTally:
+    """What one worker finished in one queue and minute since its last flush."""
+
+    done: int = 0
+    failed: int = 0
+    busy_seconds: float = 0.0
+    # Jobs at or under each bound of DURATION_BUCKETS_SECONDS (cumulative, as Prometheus wants).
+    buckets: list[int] = field(default_factory=list)
+
+
+class QueueMinuteManager(models.Manager["QueueMinute"]):
+    def record(self, tallies: dict[tuple[str, datetime], QueueTally]) -> None:
+        """Add ``tallies`` ((queue, minute) -> counts) to the per-minute rows and the totals,
+        in one transaction."""
+        from django_iq import models as iq
+
+        if not tallies:
+            return
+        db = router.db_for_write(self.model)
+        minutes = [
+            {
+                "queue": queue,
+                "minute": minute,
+                "done": t.done,
+                "failed": t.failed,
+                "busy_seconds": t.busy_seconds,
+            }
+            for (queue, minute), t in tallies.items()
+        ]
+        totals: dict[str, dict[str, Any]] = {}
+        for (queue, _), tally in tallies.items():
+            row = totals.setdefault(
+                queue,
+                {"queue": queue, "done": 0, "failed": 0, "busy_seconds": 0.0}
+                | dict.fromkeys(iq.BUCKET_FIELDS, 0),
+            )
+            row["done"] += tally.done
+            row["failed"] += tally.failed
+            row["busy_seconds"] += tally.busy_seconds
+            for name, count in zip(iq.BUCKET_FIELDS, tally.buckets, strict=False):
+                row[name] += count
+        with transaction.atomic(using=db):
+            upsert_add(db, iq.QueueMinute, ["queue", "minute"], minutes)
+            upsert_add(db, iq.QueueTotal, ["queue"], list(totals.values()))
+
+    def since(self, start: datetime) -> models.QuerySet[QueueMinute]:
+        """Rows of minutes from ``start`` on, oldest first."""
+        return self.filter(minute__gte=start).order_by("minute", "queue")
+
+    def per_minute(self, start: datetime) -> dict[datetime, dict[str, int]]:
+        """Done and failed per minute over all queues since ``start``."""
+        rows = (
+            self.filter(minute__gte=start)
+            .values("minute")
+            .annotate(done=Sum("done"), failed=Sum("failed"))
+            .order_by("minute")
+        )
+        return {
+            row["minute"]: {"done": row["done"] or 0, "failed": row["failed"] or 0} for row in rows
+        }
+
+    def prune(self, older_than: datetime, batch_size: int) -> int:
+        ids = list(self.filter(minute__lt=older_than).values_list("pk", flat=True)[:batch_size])
+        return self.filter(pk__in=ids).delete()[0] if ids else 0
+
+
+class QueueTotalManager(models.Manager["QueueTotal"]):
+    def by_queue(self, queues: Iterable[str] | None = None) -> dict[str, QueueTotal]:
+        rows = self.all() if queues is None else self.filter(queue__in=list(queues))
+        return {row.queue: row for row in rows}
+
+
+def minute_of(moment: datetime) -> datetime:
+    """``moment`` truncated to its minute."""
+    return moment.replace(second=0, microsecond=0)

@@ -1,0 +1,158 @@
+"""Queues: creation of declared queues, pause and resume, per-state statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.db.models import Count, Exists, OuterRef, Q
+
+from django_iq.conf import iq_settings
+from django_iq.exceptions import QueueNotFound
+
+if TYPE_CHECKING:
+    from django_iq.models import (
+        Queue,
+    )
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Counts per state for one queue, read in one statement so they are mutually consistent."""
+
+    queue: str
+    is_paused: bool
+    initial: int
+    pending: int
+    disabled: int
+    computing: int
+    awaiting_compute: int
+    failed: int
+
+    @property
+    def invariant_holds(self) -> bool:
+        """Every pending entry is either computing (its group lock is held) or awaiting compute.
+
+        The design's ``initial + pending = computing + awaitingCompute`` counts deferred entries
+        as waiting too; with ``awaitingCompute`` limited to ready entries, as here, the identity
+        is ``initial + pending == initial + computing + awaiting_compute``.
+        """
+        return self.pending == self.computing + self.awaiting_compute
+
+
+class QueueManager(models.Manager["Queue"]):
+    def declared(self) -> dict[str, dict[str, Any]]:
+        """Return queues declared in ``DJANGO_IQ["QUEUES"]`` and by registered jobs."""
+        from django_iq.registry import registered_jobs
+
+        declared: dict[str, dict[str, Any]] = {iq_settings.DEFAULT_QUEUE: {}}
+        for job in registered_jobs().values():
+            declared.setdefault(job.options.queue_name, {})
+        declared.update({name: dict(options or {}) for name, options in iq_settings.QUEUES.items()})
+        return declared
+
+    def ensure(self, name: str) -> Queue:
+        """Return queue ``name``, creating it if declared; raise ``QueueNotFound`` otherwise."""
+        queue = self.filter(name=name).first()
+        if queue is not None:
+            return queue
+        declared = self.declared()
+        if name not in declared:
+            known = sorted(set(declared) | set(self.values_list("name", flat=True)))
+            raise QueueNotFound(
+                f"Queue {name!r} does not exist. Create it in the admin, declare it in "
+                f'DJANGO_IQ["QUEUES"] or in @job(queue=...). Known queues: {", ".join(known)}.'
+            )
+        options = declared[name]
+        queue, _ = self.get_or_create(
+            name=name,
+            defaults={
+                k: v for k, v in options.items() if k in ("weight", "max_concurrency", "is_paused")
+            },
+        )
+        return queue
+
+    def configure(
+        self, name: str, *, weight: int | None = None, max_concurrency: int | bool | None = False
+    ) -> int:
+        """Change a queue's weight and/or concurrency cap (``max_concurrency=None`` removes the
+        cap; leaving it out keeps the current one). Return rows changed."""
+        if not self.filter(name=name).exists():
+            raise QueueNotFound(f"Queue {name!r} does not exist.")
+        changes: dict[str, Any] = {}
+        if weight is not None:
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise ValueError(f"weight must be an integer >= 1, got {weight!r}.")
+            changes["weight"] = weight
+        if max_concurrency is not False:
+            if max_concurrency is not None and (
+                isinstance(max_concurrency, bool)
+                or not isinstance(max_concurrency, int)
+                or max_concurrency < 1
+            ):
+                raise ValueError(
+                    f"max_concurrency must be None or an integer >= 1, got {max_concurrency!r}."
+                )
+            changes["max_concurrency"] = max_concurrency
+        return self.filter(name=name).update(**changes) if changes else 0
+
+    def pause(self, name: str) -> int:
+        """Stop serving queue ``name``; running entries finish. Return rows changed."""
+        return self._set_paused(name, True)
+
+    def resume(self, name: str) -> int:
+        """Serve queue ``name`` again. Return rows changed."""
+        return self._set_paused(name, False)
+
+    def _set_paused(self, name: str, paused: bool) -> int:
+        if not self.filter(name=name).exists():
+            raise QueueNotFound(f"Queue {name!r} does not exist.")
+        return self.filter(name=name, is_paused=not paused).update(is_paused=paused)
+
+    def stats(self, names: Sequence[str] | None = None) -> list[QueueStats]:
+        """Return per-queue counts of every entry state, stored and inferred."""
+        from django_iq import models as iq
+
+        pending = Q(state=iq.EntryState.PENDING)
+        entries = iq.Entry.objects.all()
+        if names is not None:
+            entries = entries.filter(queue_id__in=names)
+        rows = (
+            entries.annotate(locked=Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key"))))
+            .values("queue")
+            .annotate(
+                initial=Count("pk", filter=Q(state=iq.EntryState.INITIAL)),
+                pending=Count("pk", filter=pending),
+                disabled=Count("pk", filter=Q(state=iq.EntryState.DISABLED)),
+                computing=Count("pk", filter=pending & Q(locked=True)),
+                awaiting_compute=Count("pk", filter=pending & Q(locked=False)),
+            )
+            .order_by()
+        )
+        counts: dict[str, dict[str, Any]] = {str(row["queue"]): dict(row.items()) for row in rows}
+        failed: dict[str, int] = dict(
+            iq.EntryError.objects.failed()
+            .values("queue")
+            .annotate(n=Count("pk"))
+            .order_by()
+            .values_list("queue", "n")  # type: ignore[arg-type]
+        )
+        queues = self.all() if names is None else self.filter(name__in=names)
+        result = []
+        for queue in queues.order_by("name"):
+            row = counts.get(queue.name, {})
+            result.append(
+                QueueStats(
+                    queue=queue.name,
+                    is_paused=queue.is_paused,
+                    initial=row.get("initial", 0),
+                    pending=row.get("pending", 0),
+                    disabled=row.get("disabled", 0),
+                    computing=row.get("computing", 0),
+                    awaiting_compute=row.get("awaiting_compute", 0),
+                    failed=failed.get(queue.name, 0),
+                )
+            )
+        return result

@@ -1,0 +1,113 @@
+"""Worker and leader processes: registration, heartbeats, death and pruning."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import models, router, transaction
+
+from django_iq.conf import iq_settings
+from django_iq.managers.common import db_now_plus
+
+if TYPE_CHECKING:
+    from django_iq.models import (
+        Worker,
+    )
+
+
+class WorkerManager(models.Manager["Worker"]):
+    """Worker and leader processes: registration, heartbeats (in database time), death."""
+
+    def register(
+        self,
+        *,
+        name: str,
+        role: str,
+        host: str,
+        pid: int,
+        queues: list[str],
+        processing_threads: int,
+    ) -> Worker:
+        """Record a starting process; a stale row of the same name is replaced."""
+        from django.db.models.functions import Now
+
+        self.filter(name=name).delete()
+        worker = self.create(
+            name=name,
+            role=role,
+            host=host,
+            pid=pid,
+            queues=queues,
+            processing_threads=processing_threads,
+        )
+        self.filter(pk=worker.pk).update(started_at=Now(), heartbeat_at=Now())
+        return worker
+
+    def heartbeat(
+        self,
+        worker: Worker,
+        *,
+        busy_threads: int,
+        cpu_percent: float,
+        memory_percent: float,
+        is_throttled: bool,
+        held_lock_ids: list[int] | None = None,
+        held_at: datetime | None = None,
+    ) -> bool:
+        """Record that ``worker`` is alive, its load and the locks it holds; return False if
+        its row is gone or it was declared dead (it must then stop)."""
+        from django.db.models.functions import Now
+
+        fields: dict[str, Any] = {
+            "heartbeat_at": Now(),
+            "busy_threads": busy_threads,
+            "cpu_percent": cpu_percent,
+            "memory_percent": memory_percent,
+            "is_throttled": is_throttled,
+        }
+        if held_at is not None:
+            fields.update(held_lock_ids=sorted(held_lock_ids or []), held_at=held_at)
+        return self.filter(pk=worker.pk, stopped_at__isnull=True).update(**fields) > 0
+
+    def stop(self, worker: Worker) -> None:
+        """Mark ``worker`` as stopped (a clean exit); its remaining locks become orphans for
+        recovery."""
+        self.mark_stopped(self.filter(pk=worker.pk))
+
+    def mark_stopped(self, workers: models.QuerySet[Worker], *, died: bool = False) -> int:
+        """Mark ``workers`` stopped (``died``: found dead, not a clean exit) and orphan their
+        locks; return how many were running."""
+        from django.db.models.functions import Now
+
+        from django_iq import models as iq
+
+        with transaction.atomic(using=router.db_for_write(self.model)):
+            ids = list(workers.filter(stopped_at__isnull=True).values_list("pk", flat=True))
+            self.filter(pk__in=ids).update(stopped_at=Now(), busy_threads=0, died=died)
+            iq.GroupLock.objects.filter(worker_id__in=ids).update(worker=None)
+        return len(ids)
+
+    def mark_process_dead(self, host: str, pid: int) -> int:
+        """Mark the worker of a process known to have died (its supervisor saw it exit)."""
+        return self.mark_stopped(self.filter(host=host, pid=pid), died=True)
+
+    def silent(self, silent_after_seconds: float) -> models.QuerySet[Worker]:
+        """Running workers whose last heartbeat is older than ``silent_after_seconds``."""
+        return self.filter(
+            stopped_at__isnull=True, heartbeat_at__lt=db_now_plus(-silent_after_seconds)
+        )
+
+    def live(self, silent_after_seconds: float | None = None) -> models.QuerySet[Worker]:
+        """Running workers that have sent a heartbeat within ``silent_after_seconds``."""
+        silent = silent_after_seconds or iq_settings.WORKER_SILENT_AFTER_SECONDS
+        return self.filter(stopped_at__isnull=True, heartbeat_at__gte=db_now_plus(-silent))
+
+    def prune(self, stopped_before_seconds: float, batch_size: int) -> int:
+        """Delete up to ``batch_size`` rows of workers stopped longer ago than given."""
+        ids = list(
+            self.filter(stopped_at__lt=db_now_plus(-stopped_before_seconds)).values_list(
+                "pk", flat=True
+            )[:batch_size]
+        )
+        return self.filter(pk__in=ids).delete()[0] if ids else 0

@@ -1,0 +1,394 @@
+"""The models: Queue, Entry, GroupLock, EntryError, Worker, CronJob, LeaderLease, DisabledJob."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from django_iq.indexes import PartialIndex
+from django_iq.managers import (
+    CronJobManager,
+    EntryErrorManager,
+    EntryManager,
+    GroupLockManager,
+    LeaderLeaseManager,
+    QueueManager,
+    QueueMinuteManager,
+    QueueTotalManager,
+    ResultManager,
+    WorkerManager,
+)
+
+
+class EntryState(models.TextChoices):
+    """Stored entry states; computing, awaitingCompute and failed are inferred."""
+
+    INITIAL = "initial", "initial"
+    PENDING = "pending", "pending"
+    DISABLED = "disabled", "disabled"
+
+
+class Queue(models.Model):
+    """A named stream of entries, paused or served, with a weight for the scheduler's fairness."""
+
+    name = models.CharField(max_length=100, unique=True)
+    weight = models.PositiveIntegerField(
+        default=1, help_text="Queue priority: a queue of weight 2 gets twice the share of weight 1."
+    )
+    is_paused = models.BooleanField(default=False, help_text="A paused queue is not served.")
+    max_concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most entries of this queue running at once, cluster-wide."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = QueueManager()
+
+    class Meta:
+        ordering = ("name",)
+        permissions = [("pause_queue", "Can pause and resume queues")]
+        constraints = [
+            models.CheckConstraint(condition=Q(weight__gte=1), name="iq_queue_weight_min"),
+            models.CheckConstraint(
+                condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gte=1),
+                name="iq_queue_concurrency_min",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Entry(models.Model):
+    """One call of a registered job waiting to run: deleted when it succeeds or finally fails."""
+
+    queue = models.ForeignKey(
+        Queue, to_field="name", on_delete=models.PROTECT, related_name="entries", db_column="queue"
+    )
+    job_name = models.CharField(max_length=200)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    priority = models.SmallIntegerField(default=0)
+    state = models.CharField(max_length=8, choices=EntryState.choices, default=EntryState.PENDING)
+    # NULL, not "", means "not grouped", so that no empty-string group could ever be shared.
+    group_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    # The GroupLock key covering this entry: its group key, or a key of its own when ungrouped.
+    lock_key = models.CharField(max_length=200)
+    run_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0, help_text="Attempts that ended in failure.")
+    max_attempts = models.PositiveIntegerField(default=3)
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    # Set on the one entry of a cron job; unique, so a cron job can never have two entries.
+    cron_job = models.OneToOneField(
+        "CronJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="entry"
+    )
+    # The Result row of an entry enqueued through the Django Tasks backend.
+    result_id = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001
+
+    objects = EntryManager()
+
+    class Meta:
+        verbose_name_plural = "entries"
+        permissions = [("cancel_entry", "Can cancel entries")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100) & Q(priority__lte=100),
+                name="iq_entry_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=EntryState.values), name="iq_entry_state_valid"
+            ),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="iq_entry_attempts_min"),
+        ]
+        indexes = [
+            # The claim query: ready entries of one queue by priority, then FIFO. Partial where
+            # the database can (finished and deferred rows then cost the claim nothing).
+            PartialIndex(
+                fields=["queue", "-priority", "id"],
+                where=Q(state=EntryState.PENDING),
+                name="iq_entry_ready_idx",
+            ),
+            # Promotion of deferred entries whose run_at has come.
+            PartialIndex(
+                fields=["run_at"], where=Q(state=EntryState.INITIAL), name="iq_entry_due_idx"
+            ),
+            # The claim on MariaDB, plus per-state counts for stats everywhere.
+            models.Index(fields=["state", "queue", "priority", "id"], name="iq_entry_state_idx"),
+            # "Is this entry's group locked?" and the group's siblings.
+            models.Index(fields=["lock_key"], name="iq_entry_lock_idx"),
+            # disable(job) / enable(job) and per-job counts.
+            models.Index(fields=["job_name", "state"], name="iq_entry_job_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} #{self.pk} ({self.state})"
+
+
+class DisabledJob(models.Model):
+    """A job switched off: its entries are ``disabled`` and none of them is claimed."""
+
+    job_name = models.CharField(max_length=200, unique=True)
+    disabled_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.job_name} (disabled)"
+
+
+class Worker(models.Model):
+    """A runworker or runleader process: identity, heartbeat and current load."""
+
+    class Role(models.TextChoices):
+        WORKER = "worker", "worker"
+        LEADER = "leader", "leader"
+
+    name = models.CharField(max_length=200, unique=True)
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.WORKER)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list, blank=True, help_text="Queues served; empty means all.")
+    processing_threads = models.PositiveIntegerField(default=0)
+    busy_threads = models.PositiveIntegerField(default=0)
+    cpu_percent = models.FloatField(default=0)
+    memory_percent = models.FloatField(default=0)
+    is_throttled = models.BooleanField(default=False)
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    # False for a process that exited cleanly; True when it was found dead (silent, or seen to
+    # exit by its supervisor) and marked stopped by someone else.
+    died = models.BooleanField(default=False)
+    # The group locks this worker held at ``held_at`` (its own clock), reported with each
+    # heartbeat; recovery releases a lock its live worker has stopped reporting.
+    held_lock_ids = models.JSONField(default=list, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkerManager()
+
+    class Meta:
+        indexes = [models.Index(fields=["heartbeat_at"], name="iq_worker_heartbeat_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.name}"
+
+
+class GroupLock(models.Model):
+    """The claim on every entry sharing ``key``: while it exists, those entries run in one place."""
+
+    key = models.CharField(max_length=200, unique=True)
+    queue = models.ForeignKey(
+        Queue, to_field="name", on_delete=models.CASCADE, related_name="locks", db_column="queue"
+    )
+    worker = models.ForeignKey(
+        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="locks"
+    )
+    locked_at = models.DateTimeField(default=timezone.now)
+    # The first entry of the claim: the one recovery counts an attempt on if the worker dies.
+    entry_id = models.BigIntegerField(null=True, blank=True)
+
+    objects = GroupLockManager()
+
+    def __str__(self) -> str:
+        return f"lock {self.key}"
+
+
+class EntryError(models.Model):
+    """A failed attempt: what ran, where, and why; the final one keeps enough to requeue it."""
+
+    entry_id = models.BigIntegerField(db_index=True)
+    queue = models.ForeignKey(
+        Queue, to_field="name", on_delete=models.CASCADE, related_name="errors", db_column="queue"
+    )
+    job_name = models.CharField(max_length=200)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    priority = models.SmallIntegerField(default=0)
+    group_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    max_attempts = models.PositiveIntegerField(default=1)
+    attempt = models.PositiveIntegerField()
+    exception_class = models.CharField(max_length=255)
+    message = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    worker_name = models.CharField(max_length=200, blank=True)
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    failed_at = models.DateTimeField(default=timezone.now)
+    # True when this attempt was the last: the entry left the queue and shows as failed.
+    is_final = models.BooleanField(default=False)
+    requeued_at = models.DateTimeField(null=True, blank=True)
+
+    objects = EntryErrorManager()
+
+    class Meta:
+        ordering = ("-failed_at",)
+        permissions = [("requeue_entryerror", "Can requeue failed entries")]
+        indexes = [
+            # Failed counts per queue and the admin's list of failures still to handle.
+            models.Index(fields=["queue", "is_final", "requeued_at"], name="iq_error_failed_idx"),
+            models.Index(fields=["failed_at"], name="iq_error_failed_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} #{self.entry_id} attempt {self.attempt}: {self.exception_class}"
+
+
+class CronJob(models.Model):
+    """A job run on a cron schedule; the leader keeps exactly one entry for it while enabled."""
+
+    name = models.CharField(max_length=200, unique=True)
+    schedule = models.CharField(max_length=100, help_text='A cron expression, e.g. "*/5 * * * *".')
+    timezone = models.CharField(max_length=64, default="UTC")
+    job_name = models.CharField(max_length=200)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.ForeignKey(
+        Queue,
+        to_field="name",
+        on_delete=models.PROTECT,
+        related_name="cron_jobs",
+        db_column="queue",
+    )
+    priority = models.SmallIntegerField(default=0)
+    is_enabled = models.BooleanField(default=True)
+    # True for cron jobs declared in DJANGO_IQ["CRON"]: the leader keeps them in step with it.
+    is_declared = models.BooleanField(default=False)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+
+    objects = CronJobManager()
+
+    class Meta:
+        ordering = ("name",)
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100) & Q(priority__lte=100),
+                name="iq_cron_priority_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.schedule})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        from django_iq.cron import validate_schedule
+
+        validate_schedule(self.schedule, self.timezone)
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from django_iq.cron import validate_schedule
+
+        try:
+            validate_schedule(self.schedule, self.timezone)
+        except ValueError as exc:
+            raise ValidationError({"schedule": str(exc)}) from exc
+
+
+class LeaderLease(models.Model):
+    """The single leadership lease: who holds it, under which epoch, until when (database time)."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    holder = models.CharField(max_length=200, blank=True)
+    # Increases with every change of holder: a leader acts only while its epoch is current.
+    epoch = models.PositiveBigIntegerField(default=0)
+    expires_at = models.DateTimeField(default=timezone.now)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+
+    objects = LeaderLeaseManager()
+
+    def __str__(self) -> str:
+        return f"lease {self.name}: {self.holder or '-'} (epoch {self.epoch})"
+
+
+class ResultStatus(models.TextChoices):
+    """The Django Tasks framework's statuses."""
+
+    READY = "READY", "ready"
+    RUNNING = "RUNNING", "running"
+    FAILED = "FAILED", "failed"
+    SUCCESSFUL = "SUCCESSFUL", "successful"
+
+
+class Result(models.Model):
+    """The result of a task enqueued through the Django Tasks backend, kept after the entry is
+    gone until ``RESULT_RETENTION_SECONDS`` have passed since it finished."""
+
+    id = models.CharField(max_length=32, primary_key=True)
+    task_path = models.CharField(max_length=200)
+    backend = models.CharField(max_length=100, default="default")
+    queue_name = models.CharField(max_length=100)
+    priority = models.SmallIntegerField(default=0)
+    status = models.CharField(
+        max_length=10, choices=ResultStatus.choices, default=ResultStatus.READY
+    )
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    run_after = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    return_value = models.JSONField(null=True, blank=True)
+    # [{"exception_class_path": ..., "traceback": ...}], one per failed attempt.
+    errors = models.JSONField(default=list, blank=True)
+    worker_ids = models.JSONField(default=list, blank=True)
+
+    objects = ResultManager()
+
+    class Meta:
+        indexes = [
+            # Pruning of finished results by age.
+            models.Index(fields=["status", "finished_at"], name="iq_result_finished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_path} {self.id} ({self.status})"
+
+
+class QueueMinute(models.Model):
+    """Work finished per queue per minute (UTC), added to by workers with each heartbeat; the
+    dashboard's throughput and failure charts read it. Pruned after METRICS_RETENTION_SECONDS."""
+
+    queue = models.CharField(max_length=100)
+    minute = models.DateTimeField()
+    done = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    busy_seconds = models.FloatField(default=0)
+
+    objects = QueueMinuteManager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "minute"], name="iq_minute_unique")]
+        indexes = [models.Index(fields=["minute"], name="iq_minute_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.minute:%Y-%m-%d %H:%M}: {self.done} done, {self.failed} failed"
+
+
+# Upper bounds, in seconds, of the job duration histogram kept in QueueTotal (Prometheus "le").
+DURATION_BUCKETS_SECONDS = (0.01, 0.1, 1.0, 10.0, 60.0, 600.0)
+BUCKET_FIELDS = ("le_0_01", "le_0_1", "le_1", "le_10", "le_60", "le_600")
+
+
+class QueueTotal(models.Model):
+    """Work finished per queue since the queue's first job: monotonic counters and a duration
+    histogram for the Prometheus endpoint. Added to with each worker heartbeat, never pruned."""
+
+    queue = models.CharField(max_length=100, unique=True)
+    done = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+    busy_seconds = models.FloatField(default=0)
+    # Cumulative histogram: jobs that took at most DURATION_BUCKETS_SECONDS[i] seconds.
+    le_0_01 = models.PositiveBigIntegerField(default=0)
+    le_0_1 = models.PositiveBigIntegerField(default=0)
+    le_1 = models.PositiveBigIntegerField(default=0)
+    le_10 = models.PositiveBigIntegerField(default=0)
+    le_60 = models.PositiveBigIntegerField(default=0)
+    le_600 = models.PositiveBigIntegerField(default=0)
+
+    objects = QueueTotalManager()
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.done} done, {self.failed} failed"

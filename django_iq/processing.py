@@ -1,0 +1,227 @@
+"""Running one claim: call each entry's job, then record success or an EntryError with backoff."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import traceback as tb
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, TypeVar
+
+from django.db import InterfaceError, OperationalError, connections, router
+from django.dispatch import Signal
+from django.utils import timezone
+
+from django_iq import signals
+from django_iq.conf import iq_settings
+from django_iq.dbconn import refresh_connections
+from django_iq.exceptions import JobNotRegistered
+from django_iq.managers import Claim
+from django_iq.models import Entry, GroupLock
+from django_iq.registry import Job, get_job
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DB_RETRY_ATTEMPTS = 6
+
+
+def retry_delay_seconds(
+    job: Job[Any, Any] | None, attempt: int, rng: random.Random | None = None
+) -> float:
+    """Return the wait before retrying after failed attempt ``attempt`` (1-based).
+
+    ``base * 2**(attempt-1)`` capped at the maximum, times a jitter factor in
+    ``[1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER]`` so retries of a burst of failures spread out.
+    """
+    if job is not None:
+        delay = job.backoff_seconds(attempt)
+    else:
+        delay = min(
+            iq_settings.BACKOFF_MAX_SECONDS, iq_settings.BACKOFF_BASE_SECONDS * 2 ** (attempt - 1)
+        )
+    jitter = iq_settings.BACKOFF_JITTER
+    factor = (rng or random).uniform(1 - jitter, 1 + jitter)
+    return max(0.0, delay * factor)
+
+
+def with_db_retry(action: Callable[[], T], what: str) -> T:
+    """Run a bookkeeping write, reconnecting and retrying while the database is unreachable.
+
+    A finished job's outcome must not be lost to a database restart: the write is retried with
+    backoff (about 15 s in all) before the error propagates.
+    """
+    for attempt in range(1, DB_RETRY_ATTEMPTS + 1):
+        try:
+            return action()
+        except (OperationalError, InterfaceError) as exc:
+            if attempt == DB_RETRY_ATTEMPTS:
+                raise
+            logger.warning(
+                "database error during %s attempt=%s error=%s; retrying", what, attempt, exc
+            )
+            connections[router.db_for_write(Entry)].close()
+            time.sleep(min(8.0, 0.25 * 2**attempt))
+    raise AssertionError("unreachable")
+
+
+def _observe(signal: Signal, **kwargs: Any) -> None:
+    """Send ``signal`` to its receivers; a receiver that raises is logged, never allowed to
+    change what happens to the entry (signals observe, they do not steer)."""
+    for receiver, response in signal.send_robust(sender=Entry, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "signal receiver failed receiver=%s",
+                getattr(receiver, "__qualname__", receiver),
+                exc_info=response,
+            )
+
+
+@dataclass
+class ClaimResult:
+    """What became of a claim's entries."""
+
+    done: int = 0
+    failed: int = 0
+    released: int = 0
+
+
+class Processor:
+    """Runs claims handed over by a scheduling thread, one entry at a time."""
+
+    def __init__(
+        self, worker_name: str, on_finished: Callable[[str, float, bool], None] | None = None
+    ) -> None:
+        self.worker_name = worker_name
+        self.on_finished = on_finished
+
+    def run_claim(self, claim: Claim, should_stop: Callable[[], bool]) -> ClaimResult:
+        """Run the claim's entries in order; the last outcome written also deletes the lock.
+
+        If ``should_stop()`` turns true between entries, the rest are left pending and the lock
+        is released, so another worker takes them.
+        """
+        result = ClaimResult()
+        for index, entry in enumerate(claim.entries):
+            remaining = claim.entries[index + 1 :]
+            if index and should_stop():
+                with_db_retry(lambda: GroupLock.objects.release([claim.lock_id]), "release")
+                result.released = len(claim.entries) - index
+                return result
+            lock_id = None if remaining else claim.lock_id
+            if index:
+                # Recovery counts an attempt on the lock's entry: point it at the one running.
+                with_db_retry(partial(GroupLock.objects.track, claim.lock_id, entry.pk), "track")
+            started = time.monotonic()
+            ok = self.run_entry(entry, lock_id)
+            if ok:
+                result.done += 1
+            else:
+                result.failed += 1
+            if self.on_finished is not None:
+                self.on_finished(claim.queue, time.monotonic() - started, ok)
+        return result
+
+    def run_entry(self, entry: Entry, lock_id: int | None) -> bool:
+        """Run one entry and record the outcome; return True on success."""
+        refresh_connections()
+        started = time.monotonic()
+        job: Job[Any, Any] | None = None
+        try:
+            job = get_job(entry.job_name)
+        except JobNotRegistered as exc:
+            self._log_failure(entry, exc)
+            self._record_failure(entry, lock_id, None, exc)
+            return False
+        _observe(signals.entry_started, entry=entry, worker_name=self.worker_name)
+        logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
+        try:
+            return_value = job.invoke(entry, self.worker_name)
+        except BaseException as exc:  # the processing boundary: every failure is recorded.
+            # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
+            # only come from the job itself (signals go to the main thread), so it is the job's
+            # failure, and the thread must survive it.
+            self._log_failure(entry, exc)
+            self._record_failure(entry, lock_id, job, exc)
+            return False
+        refresh_connections()
+        lock_held = with_db_retry(
+            lambda: Entry.objects.complete(entry, lock_id, return_value=return_value), "complete"
+        )
+        if not lock_held:
+            logger.warning(
+                "lock lost entry=%s job=%s: recovery released it while it ran",
+                entry.pk,
+                entry.job_name,
+            )
+        _observe(
+            signals.entry_finished,
+            entry=entry,
+            worker_name=self.worker_name,
+            duration_seconds=time.monotonic() - started,
+        )
+        return True
+
+    def _log_failure(self, entry: Entry, exc: BaseException) -> None:
+        """A failure that will be retried is a WARNING without traceback (the error record has
+        it); the last attempt, or an unregistered job, is an ERROR with the traceback."""
+        will_retry = entry.attempts + 1 < entry.max_attempts
+        if isinstance(exc, JobNotRegistered):
+            logger.error(
+                "unregistered job entry=%s job=%s queue=%s",
+                entry.pk,
+                entry.job_name,
+                entry.queue_id,
+            )
+        elif will_retry:
+            logger.warning(
+                "job raised entry=%s job=%s queue=%s attempt=%s/%s error=%s: %s",
+                entry.pk,
+                entry.job_name,
+                entry.queue_id,
+                entry.attempts + 1,
+                entry.max_attempts,
+                type(exc).__name__,
+                exc,
+            )
+        else:
+            logger.error(
+                "job failed for good entry=%s job=%s queue=%s attempt=%s/%s",
+                entry.pk,
+                entry.job_name,
+                entry.queue_id,
+                entry.attempts + 1,
+                entry.max_attempts,
+                exc_info=exc,
+            )
+
+    def _record_failure(
+        self, entry: Entry, lock_id: int | None, job: Job[Any, Any] | None, exc: BaseException
+    ) -> None:
+        refresh_connections()
+        now = timezone.now()
+        attempt = entry.attempts + 1
+        retry_at: datetime | None = None
+        if attempt < entry.max_attempts:
+            retry_at = now + timedelta(seconds=retry_delay_seconds(job, attempt))
+        kind = type(exc)
+        error = with_db_retry(
+            lambda: Entry.objects.fail(
+                entry,
+                lock_id,
+                exception_class=f"{kind.__module__}.{kind.__qualname__}",
+                message=str(exc),
+                traceback="".join(tb.format_exception(exc)),
+                retry_at=retry_at,
+                worker_name=self.worker_name,
+                now=now,
+            ),
+            "fail",
+        )
+        signals.entry_failed.send(
+            sender=Entry, entry=entry, error=error, will_retry=not error.is_final
+        )

@@ -1,0 +1,270 @@
+"""Vendor-specific SQL, named and kept in one place, with one dispatch on ``connection.vendor``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+
+# Insert group locks, skipping keys another claimer holds, and return the keys actually taken.
+# PostgreSQL and SQLite (>= 3.35) both speak ON CONFLICT ... RETURNING.
+INSERT_LOCKS_ON_CONFLICT = (
+    "INSERT INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}) VALUES {values} "
+    "ON CONFLICT ({key}) DO NOTHING RETURNING {id}, {key}"
+)
+# MariaDB (>= 10.5): INSERT IGNORE skips duplicate keys and RETURNING lists only inserted rows.
+INSERT_LOCKS_IGNORE = (
+    "INSERT IGNORE INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}) VALUES {values} "
+    "RETURNING {id}, {key}"
+)
+
+_INSERT_LOCKS_BY_VENDOR = {
+    "postgresql": INSERT_LOCKS_ON_CONFLICT,
+    "sqlite": INSERT_LOCKS_ON_CONFLICT,
+    "mysql": INSERT_LOCKS_IGNORE,
+}
+
+
+def _template(templates: dict[str, str], vendor: str, what: str) -> str:
+    try:
+        return templates[vendor]
+    except KeyError:
+        raise NotImplementedError(
+            f"django_iq cannot {what} on the {vendor!r} database; supported: "
+            "PostgreSQL, MariaDB/MySQL and SQLite."
+        ) from None
+
+
+def insert_group_locks(
+    using: str, keys: Mapping[str, int], queue: str, worker_id: int | None, locked_at: datetime
+) -> dict[str, int]:
+    """Insert a lock for each key not already locked; return ``{key: lock id}`` for those taken.
+
+    ``keys`` maps each lock key to the first entry claimed under it.
+
+    Keys are inserted in sorted order so two claimers waiting on each other's uncommitted
+    inserts always wait in the same direction and cannot deadlock.
+    """
+    from django_iq.models import GroupLock
+
+    if not keys:
+        return {}
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    opts = GroupLock._meta
+    column = {f.name: quote(str(f.column)) for f in opts.concrete_fields}
+    ordered = sorted(set(keys))
+    sql = _template(_INSERT_LOCKS_BY_VENDOR, connection.vendor, "claim entries").format(
+        table=quote(str(opts.db_table)),
+        key=column["key"],
+        queue=column["queue"],
+        worker=column["worker"],
+        locked_at=column["locked_at"],
+        entry=column["entry_id"],
+        id=column["id"],
+        values=", ".join(["(%s, %s, %s, %s, %s)"] * len(ordered)),
+    )
+    stamp = opts.get_field("locked_at").get_db_prep_value(locked_at, connection)
+    params: list[Any] = []
+    for key in ordered:
+        params.extend((key, queue, worker_id, stamp, keys[key]))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {key: lock_id for lock_id, key in cursor.fetchall()}
+
+
+# Claim in one round trip on PostgreSQL, for a queue that is not paused and has no concurrency
+# cap (a capped queue takes the general path, which serializes its claimers on the queue row).
+# The candidates CTE locks entries FOR UPDATE SKIP LOCKED; the locks CTE inserts one group lock
+# per key (in key order, so waiting claimers cannot deadlock) and ON CONFLICT skips keys another
+# claimer holds; only entries whose lock this statement inserted come back. CTEs run against
+# one snapshot and commit together with the statement.
+CLAIM_POSTGRESQL = """
+WITH q AS (
+    SELECT 1 FROM {queue_table}
+    WHERE {queue_name} = %(queue)s AND NOT {is_paused} AND {max_concurrency} IS NULL
+), candidates AS (
+    SELECT e.{id}, e.{lock_key}, e.{priority} FROM {entry_table} e
+    WHERE e.{state} = 'pending' AND e.{entry_queue} = %(queue)s AND EXISTS (SELECT 1 FROM q)
+      AND NOT EXISTS (SELECT 1 FROM {lock_table} l WHERE l.{key} = e.{lock_key})
+      AND NOT EXISTS (SELECT 1 FROM {disabled_table} d WHERE d.{disabled_job} = e.{job_name})
+    ORDER BY e.{priority} DESC, e.{id}
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+), locks AS (
+    INSERT INTO {lock_table} ({key}, {lock_queue}, {worker}, {locked_at}, {lock_entry})
+    SELECT {lock_key}, %(queue)s, %(worker)s, %(now)s,
+           (ARRAY_AGG({id} ORDER BY {priority} DESC, {id}))[1]
+    FROM candidates
+    GROUP BY {lock_key} ORDER BY {lock_key}
+    ON CONFLICT ({key}) DO NOTHING
+    RETURNING {lock_id}, {key}
+)
+SELECT {entry_columns}, locks.{lock_id} FROM {entry_table} e
+JOIN candidates c ON c.{id} = e.{id}
+JOIN locks ON locks.{key} = c.{lock_key}
+ORDER BY e.{priority} DESC, e.{id}
+"""
+
+
+def supports_single_statement_claim(using: str) -> bool:
+    """True where ``claim_in_one_statement`` works (PostgreSQL)."""
+    return connections[using].vendor == "postgresql"
+
+
+def claim_in_one_statement(
+    using: str, queue: str, worker_id: int | None, limit: int, now: datetime
+) -> list[tuple[Any, int]]:
+    """Claim up to ``limit`` entries of an uncapped, unpaused ``queue`` in one round trip.
+
+    Return ``(entry, lock id)`` pairs in claim order; entries are ``Entry`` instances.
+    """
+    from django_iq.models import DisabledJob, Entry, GroupLock, Queue
+
+    connection = connections[using]
+    quote = connection.ops.quote_name
+
+    def col(model: Any, name: str) -> str:
+        return quote(str(model._meta.get_field(name).column))
+
+    fields = Entry._meta.concrete_fields
+    sql = CLAIM_POSTGRESQL.format(
+        queue_table=quote(str(Queue._meta.db_table)),
+        queue_name=col(Queue, "name"),
+        is_paused=col(Queue, "is_paused"),
+        max_concurrency=col(Queue, "max_concurrency"),
+        entry_table=quote(str(Entry._meta.db_table)),
+        id=col(Entry, "id"),
+        lock_key=col(Entry, "lock_key"),
+        state=col(Entry, "state"),
+        entry_queue=col(Entry, "queue"),
+        job_name=col(Entry, "job_name"),
+        priority=col(Entry, "priority"),
+        lock_table=quote(str(GroupLock._meta.db_table)),
+        key=col(GroupLock, "key"),
+        lock_queue=col(GroupLock, "queue"),
+        worker=col(GroupLock, "worker"),
+        locked_at=col(GroupLock, "locked_at"),
+        lock_entry=col(GroupLock, "entry_id"),
+        lock_id=col(GroupLock, "id"),
+        disabled_table=quote(str(DisabledJob._meta.db_table)),
+        disabled_job=col(DisabledJob, "job_name"),
+        entry_columns=", ".join(f"e.{quote(str(f.column))}" for f in fields),
+    )
+    params = {"queue": queue, "worker": worker_id, "limit": limit, "now": now}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    attnames = [f.attname for f in fields]
+    converters = [getattr(f, "from_db_value", None) for f in fields]
+    claimed = []
+    for row in rows:
+        values = [
+            convert(value, None, connection) if convert is not None else value
+            for convert, value in zip(converters, row[:-1], strict=True)
+        ]
+        claimed.append((Entry.from_db(using, attnames, values), row[-1]))
+    return claimed
+
+
+# Add counts to per-key rows, creating them as needed, in one statement.
+# PostgreSQL and SQLite: ON CONFLICT ... DO UPDATE with EXCLUDED; MariaDB: ON DUPLICATE KEY UPDATE.
+UPSERT_ADD_ON_CONFLICT = (
+    "INSERT INTO {table} ({columns}) VALUES {values} ON CONFLICT ({keys}) DO UPDATE SET {sets}"
+)
+UPSERT_ADD_DUPLICATE_KEY = (
+    "INSERT INTO {table} ({columns}) VALUES {values} ON DUPLICATE KEY UPDATE {sets}"
+)
+
+_UPSERT_ADD_BY_VENDOR = {
+    "postgresql": UPSERT_ADD_ON_CONFLICT,
+    "sqlite": UPSERT_ADD_ON_CONFLICT,
+    "mysql": UPSERT_ADD_DUPLICATE_KEY,
+}
+
+
+def upsert_add(using: str, model: Any, keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
+    """For each row, insert it, or add its non-key values to the existing row with its keys.
+
+    Rows are written in key order, so two workers flushing at once cannot deadlock.
+    """
+    if not rows:
+        return
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    opts = model._meta
+    table = quote(str(opts.db_table))
+    names = list(rows[0])
+    columns = {name: quote(str(opts.get_field(name).column)) for name in names}
+    added = [name for name in names if name not in keys]
+    vendor = connection.vendor
+    if vendor == "mysql":
+        sets = ", ".join(f"{columns[n]} = {columns[n]} + VALUES({columns[n]})" for n in added)
+    else:
+        sets = ", ".join(
+            f"{columns[n]} = {table}.{columns[n]} + EXCLUDED.{columns[n]}" for n in added
+        )
+    ordered = sorted(rows, key=lambda row: tuple(str(row[k]) for k in keys))
+    sql = _template(_UPSERT_ADD_BY_VENDOR, vendor, "record metrics").format(
+        table=table,
+        columns=", ".join(columns[n] for n in names),
+        values=", ".join(["(" + ", ".join(["%s"] * len(names)) + ")"] * len(ordered)),
+        keys=", ".join(columns[k] for k in keys),
+        sets=sets,
+    )
+    params: list[Any] = []
+    for row in ordered:
+        for name in names:
+            params.append(opts.get_field(name).get_db_prep_value(row[name], connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+# End a transaction left idle (its process paused or hung) after this many seconds, so the row
+# locks it holds (the lease row during a leader's fenced write) do not block everyone else.
+_IDLE_TRANSACTION_TIMEOUT_BY_VENDOR = {
+    "postgresql": "SET idle_in_transaction_session_timeout = {milliseconds}",
+    "mysql": "SET SESSION idle_transaction_timeout = {seconds}",
+}
+
+
+def limit_idle_transactions(using: str, seconds: float) -> bool:
+    """Have the server end this session's transactions idle for ``seconds``; return False
+    where the database has no such setting (SQLite)."""
+    connection = connections[using]
+    template = _IDLE_TRANSACTION_TIMEOUT_BY_VENDOR.get(connection.vendor)
+    if template is None:
+        return False
+    sql = template.format(milliseconds=int(seconds * 1000), seconds=max(1, int(seconds)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+    return True
+
+
+# The planner's estimate of a table's rows (pg_class.reltuples, kept up to date by VACUUM and
+# ANALYZE): read in constant time, where COUNT(*) reads the whole table. -1 until first analyzed.
+ESTIMATED_ROWS_POSTGRESQL = "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)"
+
+# MariaDB's information_schema estimate can be off by half on InnoDB and SQLite keeps none, so
+# callers count (with a cap) there instead.
+_ESTIMATED_ROWS_BY_VENDOR = {"postgresql": ESTIMATED_ROWS_POSTGRESQL}
+
+
+def estimated_row_count(using: str, table: str) -> int | None:
+    """Return the database's estimate of how many rows ``table`` holds, without counting them.
+
+    None where the database keeps no usable estimate (MariaDB, SQLite) or has not made one
+    yet (a PostgreSQL table never vacuumed or analyzed).
+    """
+    connection = connections[using]
+    sql = _ESTIMATED_ROWS_BY_VENDOR.get(connection.vendor)
+    if sql is None:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [connection.ops.quote_name(table)])
+        row = cursor.fetchone()
+    if row is None or row[0] is None or row[0] < 0:
+        return None
+    return int(row[0])

@@ -1,0 +1,177 @@
+"""The scheduling thread: ask the governor, pick a queue fairly, claim, hand claims to processors."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import connections
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from django_iq.conf import iq_settings
+from django_iq.dbconn import refresh_connections
+from django_iq.governor import ResourceGovernor
+from django_iq.managers import Claim
+from django_iq.models import DisabledJob, Entry, Queue, Worker
+
+logger = logging.getLogger(__name__)
+
+# A queue's recorded usage halves every this many seconds, so fairness follows recent load.
+USAGE_HALF_LIFE_SECONDS = 30.0
+QUEUE_LIST_TTL_SECONDS = 1.0
+# A burst worker waits for retries of entries it failed if they are due within this time.
+BURST_RETRY_HORIZON_SECONDS = 60.0
+
+
+@dataclass
+class QueuePicker:
+    """Order queues for claiming: least recent usage per unit of weight first, then round robin.
+
+    ``usage`` is processing time spent on a queue by this node, decayed over time; dividing by
+    the queue's weight makes a weight-2 queue get about twice the share of a weight-1 queue.
+    Ties (for instance every queue idle) rotate, so no queue is always asked first.
+    """
+
+    usage: dict[str, float] = field(default_factory=dict)
+    _rotation: int = 0
+    _decayed_at: float = field(default_factory=time.monotonic)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, queue: str, seconds: float) -> None:
+        with self._lock:
+            self.usage[queue] = self.usage.get(queue, 0.0) + seconds
+
+    def _decay(self, now: float) -> None:
+        elapsed = now - self._decayed_at
+        if elapsed <= 0:
+            return
+        factor = 0.5 ** (elapsed / USAGE_HALF_LIFE_SECONDS)
+        self.usage = {q: u * factor for q, u in self.usage.items() if u * factor > 1e-6}
+        self._decayed_at = now
+
+    def order(self, weights: dict[str, int], now: float | None = None) -> list[str]:
+        """Return queue names in the order to try them."""
+        with self._lock:
+            self._decay(time.monotonic() if now is None else now)
+            names = sorted(weights)
+            if not names:
+                return []
+            shift = self._rotation % len(names)
+            self._rotation += 1
+            rotated = names[shift:] + names[:shift]
+            position = {name: i for i, name in enumerate(rotated)}
+            return sorted(
+                rotated, key=lambda q: (self.usage.get(q, 0.0) / max(1, weights[q]), position[q])
+            )
+
+
+@dataclass
+class PassResult:
+    """What one scheduling pass did and how long to wait before the next."""
+
+    claimed: int
+    sleep_seconds: float
+    is_idle: bool = False
+
+
+class Scheduler:
+    """One scheduling thread's logic; ``run_once`` does a pass, the worker loops over it."""
+
+    def __init__(
+        self,
+        *,
+        worker: Worker,
+        queues: Sequence[str] | None,
+        governor: ResourceGovernor,
+        picker: QueuePicker,
+        idle_threads: Callable[[], int],
+        hand_over: Callable[[Claim], None],
+        batch_size: int | None = None,
+    ) -> None:
+        self.worker = worker
+        self.queues = list(queues) if queues else None
+        self.governor = governor
+        self.picker = picker
+        self.idle_threads = idle_threads
+        self.hand_over = hand_over
+        self.batch_size = batch_size or iq_settings.CLAIM_BATCH_SIZE
+        self._weights: dict[str, int] = {}
+        self._capped: set[str] = set()
+        self._weights_at = 0.0
+        self._promoted_at = 0.0
+
+    def served_queues(self) -> dict[str, int]:
+        """Unpaused queues this worker serves, name to weight (re-read at most once a second)."""
+        now = time.monotonic()
+        if now - self._weights_at >= QUEUE_LIST_TTL_SECONDS:
+            rows = Queue.objects.filter(is_paused=False)
+            if self.queues is not None:
+                rows = rows.filter(name__in=self.queues)
+            values = list(rows.values_list("name", "weight", "max_concurrency"))
+            self._weights = {name: weight for name, weight, _ in values}
+            self._capped = {name for name, _, cap in values if cap is not None}
+            self._weights_at = now
+        return self._weights
+
+    def run_once(self) -> PassResult:
+        """Promote due entries, ask the governor, claim from queues in fair order, hand over."""
+        refresh_connections()
+        now = timezone.now()
+        if time.monotonic() - self._promoted_at >= iq_settings.PROMOTE_INTERVAL_SECONDS:
+            promoted = Entry.objects.promote_due(now)
+            self._promoted_at = time.monotonic()
+            if promoted:
+                logger.debug("promoted due entries count=%s", promoted)
+        decision = self.governor.decide(self.idle_threads())
+        if decision.slots <= 0:
+            return PassResult(0, iq_settings.POLL_INTERVAL_SECONDS)
+        slots = min(decision.slots, self.batch_size)
+        claimed = 0
+        weights = self.served_queues()
+        for queue in self.picker.order(weights):
+            if claimed >= slots:
+                break
+            claims = Entry.objects.claim(
+                self.worker, slots - claimed, queue, is_capped=queue in self._capped
+            )
+            for claim in claims:
+                claimed += 1
+                logger.info(
+                    "claimed lock=%s queue=%s entries=%s first=%s job=%s",
+                    claim.lock_key,
+                    queue,
+                    len(claim.entries),
+                    claim.entries[0].pk,
+                    claim.entries[0].job_name,
+                )
+                self.hand_over(claim)
+        if claimed:
+            return PassResult(claimed, 0.0)
+        return PassResult(
+            0, iq_settings.POLL_INTERVAL_SECONDS, is_idle=not self.has_claimable_work(weights)
+        )
+
+    def has_claimable_work(self, weights: dict[str, int]) -> bool:
+        """True if a served queue has a ready unlocked entry of an enabled job, a due deferred
+        one, or a retry due within ``BURST_RETRY_HORIZON_SECONDS`` (what ``--burst`` waits for)."""
+        if not weights:
+            return False
+        entries = (
+            Entry.objects.get_queryset()
+            .filter(queue_id__in=list(weights))
+            .exclude(Exists(DisabledJob.objects.filter(job_name=OuterRef("job_name"))))
+        )
+        horizon = timezone.now() + timedelta(seconds=BURST_RETRY_HORIZON_SECONDS)
+        return bool(
+            entries.awaiting_compute().exists()
+            or entries.due(timezone.now()).exists()
+            or entries.initial().filter(attempts__gt=0, run_at__lte=horizon).exists()
+        )
+
+    def close(self) -> None:
+        connections.close_all()

@@ -1,0 +1,91 @@
+"""JSON argument validation: job arguments are plain JSON values, never pickled objects."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django_iq.exceptions import InvalidJobArguments
+
+_SCALARS = (str, bool, int, type(None))
+
+
+def _check_text(text: str, path: str, what: str) -> None:
+    """Refuse text that PostgreSQL or MariaDB would reject inside a JSON column."""
+    # PostgreSQL's jsonb cannot hold \u0000, and neither database accepts a lone surrogate;
+    # both would fail the insert with a database error instead of this message.
+    if "\x00" in text:
+        raise InvalidJobArguments(
+            f"Job argument {path} has a NUL character (\\x00) in its {what} at position "
+            f"{text.index(chr(0))}, which the database cannot store; remove it or pass the text "
+            "encoded (e.g. base64)."
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidJobArguments(
+            f"Job argument {path} has a lone surrogate in its {what} at position {exc.start}, "
+            "which is not valid Unicode; pass a valid string."
+        ) from None
+
+
+def _check(value: Any, path: str) -> Any:
+    """Return ``value`` as stored JSON (tuples become lists) or raise naming ``path``."""
+    if isinstance(value, str):
+        _check_text(value, path, "text")
+        return value
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidJobArguments(
+                f"Job argument {path} is {value!r}, which JSON cannot store; "
+                "pass a finite number or None."
+            )
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidJobArguments(
+                    f"Job argument {path} has the key {key!r} of type {type(key).__name__}; "
+                    "JSON object keys must be strings."
+                )
+            _check_text(key, path, f"key {key!r}")
+            out[key] = _check(item, f"{path}[{key!r}]")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_check(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    raise InvalidJobArguments(
+        f"Job argument {path} is a {kind} ({value!r:.80}), which is not JSON; pass JSON values "
+        "only (str, int, float, bool, None, list, dict), e.g. an id instead of a model instance "
+        "or an ISO string instead of a datetime."
+    )
+
+
+def validate_arguments(
+    args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """Return ``(args, kwargs)`` as they will be stored, or raise ``InvalidJobArguments``."""
+    if not isinstance(args, (list, tuple)):
+        raise InvalidJobArguments(
+            f"Positional arguments must be a list or tuple, not {type(args).__name__}."
+        )
+    if not isinstance(kwargs, Mapping):
+        raise InvalidJobArguments(f"Keyword arguments must be a dict, not {type(kwargs).__name__}.")
+    stored_args = [_check(value, f"args[{index}]") for index, value in enumerate(args)]
+    stored_kwargs = {}
+    for key, value in kwargs.items():
+        if not isinstance(key, str):
+            raise InvalidJobArguments(f"Keyword argument name {key!r} must be a string.")
+        _check_text(key, "kwargs", f"key {key!r}")
+        stored_kwargs[key] = _check(value, f"kwargs[{key!r}]")
+    return stored_args, stored_kwargs
+
+
+def encode_result(value: Any) -> Any:
+    """Return ``value`` as JSON-storable data or raise ``InvalidJobArguments`` for a job's result."""
+    return json.loads(json.dumps(_check(value, "result"), allow_nan=False))

@@ -1,0 +1,420 @@
+"""The runworker process: scheduling and processing threads, heartbeat, signals, graceful stop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+from django.db import connections
+from django.utils import timezone
+
+from django_iq.conf import iq_settings
+from django_iq.dbconn import refresh_connections
+from django_iq.governor import ResourceGovernor
+from django_iq.managers import Claim
+from django_iq.metrics import Tally
+from django_iq.models import GroupLock, Worker
+from django_iq.processing import Processor, with_db_retry
+from django_iq.registry import autodiscover
+from django_iq.scheduling import QueuePicker, Scheduler
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_ABANDONED = 1
+# Signals arriving this soon after the first are one stop request, not a second one.
+SAME_STOP_REQUEST_SECONDS = 1.0
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class WorkerProcess:
+    """One worker process.
+
+    Scheduling threads claim entries into a hand-over queue that holds at most as many claims
+    as there are idle processing threads; processing threads run them. ``stop()`` (SIGTERM,
+    SIGINT) stops claiming, releases claims not started, and waits up to
+    ``SHUTDOWN_GRACE_SECONDS`` for running jobs; a second signal exits at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        processing_threads: int | None = None,
+        scheduling_threads: int | None = None,
+        burst: bool = False,
+        name: str | None = None,
+        governor: ResourceGovernor | None = None,
+        shutdown_grace_seconds: float | None = None,
+    ) -> None:
+        self.queues = list(queues) if queues else None
+        self.processing_threads = processing_threads or iq_settings.PROCESSING_THREADS
+        self.scheduling_threads = scheduling_threads or iq_settings.SCHEDULING_THREADS
+        self.burst = burst
+        self.name = f"{name}:{os.getpid()}" if name else default_name()
+        self.governor = governor or ResourceGovernor()
+        self.grace_seconds = (
+            iq_settings.SHUTDOWN_GRACE_SECONDS
+            if shutdown_grace_seconds is None
+            else shutdown_grace_seconds
+        )
+        self.picker = QueuePicker()
+        self.tally = Tally()
+        self.handover: queue_module.Queue[Claim | None] = queue_module.Queue()
+        self.stopping = threading.Event()
+        self.wake = threading.Event()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._idle_passes = 0
+        self._idle_lock = threading.Lock()
+        self._signals = 0
+        self._first_signal_at = 0.0
+        self.processed = 0
+        self.failed = 0
+        self.worker: Worker | None = None
+        self._threads: list[threading.Thread] = []
+        # Locks of claims handed over and not yet finished, reported with each heartbeat.
+        self._held: set[int] = set()
+        self._held_lock = threading.Lock()
+
+    # -- counters ---------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    def idle_threads(self) -> int:
+        """Processing threads neither running a claim nor already promised a queued one."""
+        return max(0, self.processing_threads - self._busy - self.handover.qsize())
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """Make SIGTERM/SIGINT stop this worker (main thread only)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def run(self, install_signal_handlers: bool = True) -> int:
+        """Run until stopped (or, with ``burst``, until nothing is claimable); return the exit code."""
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            self.install_signal_handlers()
+        autodiscover()
+        self.worker = with_db_retry(
+            lambda: Worker.objects.register(
+                name=self.name,
+                role=Worker.Role.WORKER,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                queues=self.queues or [],
+                processing_threads=self.processing_threads,
+            ),
+            "register",
+        )
+        logger.info(
+            "worker started name=%s queues=%s processing_threads=%s scheduling_threads=%s burst=%s",
+            self.name,
+            ",".join(self.queues or ["*"]),
+            self.processing_threads,
+            self.scheduling_threads,
+            self.burst,
+        )
+        for index in range(self.processing_threads):
+            self._start(self._processing_loop, f"iq-processing-{index}")
+        for index in range(self.scheduling_threads):
+            self._start(self._scheduling_loop, f"iq-scheduling-{index}")
+        self._start(self._heartbeat_loop, "iq-heartbeat")
+        while not self.stopping.wait(0.2):
+            pass
+        return self._shutdown()
+
+    def stop(self) -> None:
+        """Begin a graceful stop (what SIGTERM does)."""
+        self.stopping.set()
+        self.wake.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self._signals and now - self._first_signal_at < SAME_STOP_REQUEST_SECONDS:
+            # The same stop request reaching us twice (from a --processes parent and from the
+            # process group, or systemd's cgroup), not an operator insisting.
+            return
+        self._signals += 1
+        self._first_signal_at = self._first_signal_at or now
+        if self._signals == 1:
+            logger.info(
+                "stopping name=%s signal=%s grace_seconds=%s", self.name, signum, self.grace_seconds
+            )
+            self.stop()
+        else:
+            logger.warning("stopping at once name=%s signal=%s", self.name, signum)
+            self._release_unstarted()
+            self._mark_stopped()
+            os._exit(EXIT_ABANDONED)
+
+    def _start(self, target: object, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
+        thread.start()
+        self._threads.append(thread)
+
+    def _shutdown(self) -> int:
+        for thread in self._threads:
+            if thread.name.startswith("iq-scheduling"):
+                thread.join()
+        released = self._release_unstarted()
+        for _ in range(self.processing_threads):
+            self.handover.put(None)
+        deadline = time.monotonic() + self.grace_seconds
+        processors = [t for t in self._threads if t.name.startswith("iq-processing")]
+        for thread in processors:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        abandoned = sum(thread.is_alive() for thread in processors)
+        self._mark_stopped()
+        logger.info(
+            "worker stopped name=%s processed=%s failed=%s released=%s abandoned=%s",
+            self.name,
+            self.processed,
+            self.failed,
+            released,
+            abandoned,
+        )
+        return EXIT_ABANDONED if abandoned else EXIT_OK
+
+    def _release_unstarted(self) -> int:
+        lock_ids = []
+        while True:
+            try:
+                claim = self.handover.get_nowait()
+            except queue_module.Empty:
+                break
+            if claim is not None:
+                lock_ids.append(claim.lock_id)
+                self._forget(claim)
+        if lock_ids:
+            refresh_connections()
+            with_db_retry(lambda: GroupLock.objects.release(lock_ids), "release")
+            logger.info("released unstarted claims count=%s", len(lock_ids))
+        return len(lock_ids)
+
+    def _mark_stopped(self) -> None:
+        if self.worker is not None:
+            try:
+                self.tally.flush()
+                Worker.objects.stop(self.worker)
+            except Exception:  # best effort: the heartbeat going silent says the same
+                logger.exception("could not mark worker stopped name=%s", self.name)
+            connections.close_all()
+
+    # -- threads ----------------------------------------------------------------------------
+
+    def _scheduling_loop(self) -> None:
+        if self.worker is None:
+            raise RuntimeError("run() registers the worker before starting threads")
+        scheduler = Scheduler(
+            worker=self.worker,
+            queues=self.queues,
+            governor=self.governor,
+            picker=self.picker,
+            idle_threads=self.idle_threads,
+            hand_over=self._hand_over,
+        )
+        try:
+            while not self.stopping.is_set():
+                # Taken before the pass: a claim of ours that finished during the pass may have
+                # released a group whose other entries the pass saw as locked.
+                idle_before = self._finished_locally()
+                try:
+                    result = scheduler.run_once()
+                except Exception:  # a loop supervisor: log, back off, go on
+                    logger.exception("scheduling pass failed name=%s", self.name)
+                    connections.close_all()
+                    self.stopping.wait(min(5.0, iq_settings.POLL_INTERVAL_SECONDS * 10))
+                    continue
+                if self.burst and result.is_idle and idle_before and self._finished_locally():
+                    logger.info("burst done name=%s: nothing claimable left", self.name)
+                    self.stop()
+                    break
+                if result.sleep_seconds:
+                    self.wake.wait(result.sleep_seconds)
+                    self.wake.clear()
+        finally:
+            scheduler.close()
+
+    def _hand_over(self, claim: Claim) -> None:
+        with self._held_lock:
+            self._held.add(claim.lock_id)
+        self.handover.put(claim)
+
+    def _forget(self, claim: Claim) -> None:
+        with self._held_lock:
+            self._held.discard(claim.lock_id)
+
+    def held_locks(self) -> list[int]:
+        with self._held_lock:
+            return sorted(self._held)
+
+    def _finished_locally(self) -> bool:
+        # A claim is held from hand-over until its processing thread is done with it, so this
+        # has no window between the hand-over queue and the busy count.
+        with self._held_lock:
+            return not self._held
+
+    def _on_finished(self, queue: str, seconds: float, ok: bool) -> None:
+        self.picker.record(queue, seconds)
+        self.tally.add(queue, seconds, ok)
+
+    def _processing_loop(self) -> None:
+        processor = Processor(self.name, on_finished=self._on_finished)
+        try:
+            while True:
+                claim = self.handover.get()
+                if claim is None:
+                    return
+                with self._busy_lock:
+                    self._busy += 1
+                try:
+                    result = processor.run_claim(claim, self.stopping.is_set)
+                    with self._busy_lock:
+                        self.processed += result.done
+                        self.failed += result.failed
+                except Exception:  # a loop supervisor: the claim's lock is left for recovery
+                    logger.exception("processing failed name=%s lock=%s", self.name, claim.lock_key)
+                finally:
+                    self._forget(claim)
+                    with self._busy_lock:
+                        self._busy -= 1
+                    self.wake.set()
+        finally:
+            connections.close_all()
+
+    def _heartbeat_loop(self) -> None:
+        if self.worker is None:
+            raise RuntimeError("run() registers the worker before starting threads")
+        try:
+            while not self.stopping.wait(iq_settings.HEARTBEAT_INTERVAL_SECONDS):
+                decision = self.governor.last
+                try:
+                    refresh_connections()
+                    held_at = timezone.now()
+                    alive = Worker.objects.heartbeat(
+                        self.worker,
+                        busy_threads=self._busy,
+                        cpu_percent=decision.cpu_percent,
+                        memory_percent=decision.memory_percent,
+                        is_throttled=decision.is_throttled,
+                        held_lock_ids=self.held_locks(),
+                        held_at=held_at,
+                    )
+                    if not alive:
+                        logger.error("worker declared dead or removed name=%s; stopping", self.name)
+                        self.stop()
+                    self.tally.flush()
+                except Exception:  # heartbeats resume when the database is back
+                    logger.exception("heartbeat failed name=%s", self.name)
+                    connections.close_all()
+        finally:
+            connections.close_all()
+
+
+def run_supervisor(*, processes: int, burst: bool, **worker_options: object) -> int:
+    """Run ``processes`` worker processes, restarting any that crash; return the exit code.
+
+    Children are forked after database connections are closed. SIGTERM/SIGINT are passed on to
+    the children; a second signal is passed on too, which stops them at once.
+    """
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    stopping = threading.Event()
+    signals_seen = 0
+
+    children: dict[int, multiprocessing.process.BaseProcess] = {}
+    first_signal_at = 0.0
+
+    def start(index: int) -> None:
+        # Stop signals stay blocked across the fork: the child inherits the mask and unblocks it
+        # only once its own handlers are in place (_child_main), and the parent handles a signal
+        # that arrived meanwhile only after the new child is in ``children``, so it is passed on.
+        connections.close_all()
+        process = context.Process(
+            target=_child_main, args=(burst, worker_options), name=f"iq-worker-{index}"
+        )
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            process.start()
+            children[index] = process
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal signals_seen, first_signal_at
+        now = time.monotonic()
+        if signals_seen and now - first_signal_at < SAME_STOP_REQUEST_SECONDS:
+            return  # one stop request delivered twice (process group and parent)
+        signals_seen += 1
+        first_signal_at = first_signal_at or now
+        stopping.set()
+        for child in list(children.values()):
+            if child.is_alive() and child.pid:
+                os.kill(child.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    for index in range(processes):
+        if not stopping.is_set():
+            start(index)
+    exit_code = EXIT_OK
+    restarts = 0
+    while children:
+        for index, child in list(children.items()):
+            child.join(0.2)
+            if child.exitcode is None:
+                continue
+            del children[index]
+            if stopping.is_set() or (burst and child.exitcode == EXIT_OK):
+                exit_code = max(exit_code, 0 if child.exitcode == EXIT_OK else EXIT_ABANDONED)
+                continue
+            restarts += 1
+            _mark_dead(child.pid)
+            logger.error(
+                "worker process crashed index=%s exitcode=%s; restarting"
+                if child.exitcode
+                else "worker process exited index=%s exitcode=%s; restarting",
+                index,
+                child.exitcode,
+            )
+            time.sleep(min(10.0, 0.5 * restarts))
+            if not stopping.is_set():
+                start(index)
+    return exit_code
+
+
+def _child_main(burst: bool, worker_options: dict[str, object]) -> None:
+    # Forked with SIGTERM/SIGINT blocked and the parent's handlers still installed: put the
+    # worker's own handlers in place first, then let a pending stop request through.
+    process = WorkerProcess(burst=burst, **worker_options)  # type: ignore[arg-type]
+    process.install_signal_handlers()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    raise SystemExit(process.run(install_signal_handlers=False))
+
+
+def _mark_dead(pid: int | None) -> None:
+    """Tell recovery at once that a crashed child's locks are orphans (no heartbeat wait)."""
+    if pid is None:
+        return
+    try:
+        Worker.objects.mark_process_dead(socket.gethostname(), pid)
+    except Exception:  # recovery still finds the child silent after WORKER_SILENT_AFTER_SECONDS
+        logger.exception("could not mark crashed worker dead pid=%s", pid)
+    finally:
+        connections.close_all()

@@ -1,0 +1,75 @@
+"""Shared fixtures: database vendor helpers, a poll-until helper, settings and signal helpers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.dispatch import Signal
+from django.test import override_settings
+
+
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    message: str = "",
+) -> object:
+    """Poll ``condition`` until it returns a truthy value; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {message or condition}")
+        time.sleep(interval)  # polling interval of the wait helper itself
+
+
+def iq_settings_with(**overrides: object) -> override_settings:
+    """``override_settings`` for ``DJANGO_IQ``: the test settings with ``overrides`` applied."""
+    return override_settings(DJANGO_IQ={**settings.DJANGO_IQ, **overrides})
+
+
+class SignalRecorder:
+    """Collects the keyword arguments of every send of one signal while connected."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, sender: Any, **kwargs: Any) -> None:
+        kwargs.pop("signal", None)
+        self.calls.append({"sender": sender, **kwargs})
+
+
+@pytest.fixture
+def record_signal() -> Iterator[Callable[[Signal], SignalRecorder]]:
+    """Return a function connecting a ``SignalRecorder`` to a signal until the test ends."""
+    connected: list[tuple[Signal, SignalRecorder]] = []
+
+    def connect(signal: Signal) -> SignalRecorder:
+        recorder = SignalRecorder()
+        signal.connect(recorder, weak=False)
+        connected.append((signal, recorder))
+        return recorder
+
+    yield connect
+    for signal, recorder in connected:
+        signal.disconnect(recorder)
+
+
+@pytest.fixture
+def vendor() -> str:
+    return connection.vendor
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="needs PostgreSQL: run with DATABASE_URL=postgres://...")
+    if connection.vendor != "postgresql":
+        for item in items:
+            if "postgresql" in item.keywords:
+                item.add_marker(skip)

@@ -1,0 +1,147 @@
+"""factory-boy factories for every django_iq model; traits set states."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import factory
+from django.utils import timezone
+
+from django_iq.models import (
+    CronJob,
+    DisabledJob,
+    Entry,
+    EntryError,
+    GroupLock,
+    LeaderLease,
+    Queue,
+    Result,
+    Worker,
+)
+
+
+class QueueFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Queue
+        django_get_or_create = ("name",)
+
+    name = factory.Sequence(lambda n: f"queue-{n}")
+    weight = 1
+
+
+class WorkerFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Worker
+
+    name = factory.Sequence(lambda n: f"host:{1000 + n}")
+    host = "host"
+    pid = factory.Sequence(lambda n: 1000 + n)
+    processing_threads = 4
+
+
+class EntryFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Entry
+        # The ``locked`` trait's RelatedFactory writes the lock, not the entry: no second save.
+        skip_postgeneration_save = True
+
+    queue = factory.SubFactory(QueueFactory, name="default")
+    job_name = "tests.testapp.jobs.record"
+    args = factory.Sequence(lambda n: [f"token-{n}"])
+    kwargs = factory.LazyFunction(dict)
+    priority = 0
+    state = "pending"
+    group_key = None
+    lock_key = factory.LazyAttribute(
+        lambda o: f"g:{o.group_key}" if o.group_key else f"e:{uuid.uuid4().hex}"
+    )
+    run_at = factory.LazyFunction(timezone.now)
+    max_attempts = 3
+
+    class Params:
+        deferred = factory.Trait(
+            state="initial",
+            run_at=factory.LazyFunction(lambda: timezone.now() + timedelta(hours=1)),
+        )
+        disabled = factory.Trait(state="disabled")
+        locked = factory.Trait(
+            lock=factory.RelatedFactory(
+                "tests.factories.GroupLockFactory",
+                factory_related_name="entry_for_key",
+            )
+        )
+
+
+class GroupLockFactory(factory.django.DjangoModelFactory):
+    """A lock; pass ``entry_for_key=entry`` to lock that entry's group."""
+
+    class Meta:
+        model = GroupLock
+        exclude = ("entry_for_key",)
+
+    entry_for_key = None
+    key = factory.LazyAttribute(
+        lambda o: o.entry_for_key.lock_key if o.entry_for_key else f"e:{uuid.uuid4().hex}"
+    )
+    queue = factory.LazyAttribute(
+        lambda o: o.entry_for_key.queue if o.entry_for_key else QueueFactory(name="default")
+    )
+    worker = factory.SubFactory(WorkerFactory)
+
+
+class EntryErrorFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = EntryError
+
+    entry_id = factory.Sequence(lambda n: 10_000 + n)
+    queue = factory.SubFactory(QueueFactory, name="default")
+    job_name = "tests.testapp.jobs.record"
+    args = factory.Sequence(lambda n: [f"requeued-{n}"])
+    attempt = 1
+    max_attempts = 1
+    exception_class = "builtins.ValueError"
+    message = "boom"
+    traceback = "Traceback (most recent call last):\nValueError: boom\n"
+    is_final = True
+
+
+class CronJobFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = CronJob
+
+    name = factory.Sequence(lambda n: f"cron-{n}")
+    schedule = "*/5 * * * *"
+    job_name = "tests.testapp.jobs.noop"
+    queue = factory.SubFactory(QueueFactory, name="default")
+
+    class Params:
+        disabled = factory.Trait(is_enabled=False)
+
+
+class DisabledJobFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = DisabledJob
+        django_get_or_create = ("job_name",)
+
+    job_name = "tests.testapp.jobs.record"
+
+
+class ResultFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Result
+
+    id = factory.LazyFunction(lambda: uuid.uuid4().hex)
+    task_path = "tests.testapp.tasks.add"
+    queue_name = "default"
+
+
+class LeaderLeaseFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = LeaderLease
+        django_get_or_create = ("name",)
+
+    name = "leader"
+    holder = "host:1"
+    epoch = 1
+    expires_at = factory.LazyFunction(lambda: timezone.now() + timedelta(seconds=15))

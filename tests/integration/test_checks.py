@@ -1,0 +1,454 @@
+"""System checks: every id in django_iq/checks.py, with its full message and hint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.checks import Error, Warning
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db import connections
+from django.test import override_settings
+
+from django_iq.checks import check_database, check_leader_settings, check_settings
+from django_iq.conf import iq_settings
+
+SETTINGS_HINT = "See docs/reference/settings.md."
+
+
+def iq(**settings: Any) -> override_settings:
+    """Replace ``DJANGO_IQ`` entirely, so only the keys under test are set."""
+    return override_settings(DJANGO_IQ=settings)
+
+
+def test_the_test_settings_pass_every_check() -> None:
+    assert check_settings() == []
+    assert check_leader_settings() == []
+    assert check_database(databases=["default"]) == []
+
+
+@pytest.mark.django_db
+def test_manage_py_check_reports_django_iq_errors() -> None:
+    with iq(PROCESSING_THREADS=0), pytest.raises(SystemCheckError, match=r"django_iq\.E004"):
+        call_command("check")
+
+
+@iq()
+def test_an_empty_dict_passes() -> None:
+    assert check_settings() == []
+
+
+@override_settings(DJANGO_IQ=["QUEUES"])
+def test_e001_django_iq_must_be_a_dict() -> None:
+    assert check_settings() == [
+        Error(
+            "DJANGO_IQ must be a dict, got list.",
+            hint="Set DJANGO_IQ = {} or a dict of the keys in docs/reference/settings.md.",
+            id="django_iq.E001",
+        )
+    ]
+
+
+@iq(POLL_INTERVALL_SECONDS=1, TOTALLY_UNKNOWN=2)
+def test_e002_unknown_keys_with_a_suggestion_when_one_is_close() -> None:
+    assert check_settings() == [
+        Error(
+            "DJANGO_IQ has an unknown key 'POLL_INTERVALL_SECONDS'.",
+            hint="Did you mean 'POLL_INTERVAL_SECONDS'?",
+            id="django_iq.E002",
+        ),
+        Error(
+            "DJANGO_IQ has an unknown key 'TOTALLY_UNKNOWN'.",
+            hint=SETTINGS_HINT,
+            id="django_iq.E002",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected", "default"),
+    [
+        ("PROCESSING_THREADS", "4", "int, got str '4'", "4"),
+        ("PROCESSING_THREADS", True, "int, got bool True", "4"),
+        ("PROCESSING_THREADS", 4.0, "int, got float 4.0", "4"),
+        ("POLL_INTERVAL_SECONDS", "1s", "int or float, got str '1s'", "1.0"),
+        ("QUEUES", ["default"], "dict, got list ['default']", "{}"),
+        ("JOB_MODULES", "app.jobs", "list or tuple, got str 'app.jobs'", "[]"),
+        ("DEFAULT_QUEUE", None, "str, got NoneType None", "'default'"),
+    ],
+)
+def test_e003_values_of_the_wrong_type(key: str, value: Any, expected: str, default: str) -> None:
+    with iq(**{key: value}):
+        assert check_settings() == [
+            Error(
+                f"DJANGO_IQ[{key!r}] must be {expected}.",
+                hint=f"The default is {default}.",
+                id="django_iq.E003",
+            )
+        ]
+
+
+@iq(POLL_INTERVAL_SECONDS=2)
+def test_an_int_is_accepted_where_a_float_is_expected() -> None:
+    assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "bounds", "default"),
+    [
+        ("PROCESSING_THREADS", 0, "[1, 512]", "4"),
+        ("PROCESSING_THREADS", 513, "[1, 512]", "4"),
+        ("DEFAULT_PRIORITY", -101, "[-100, 100]", "0"),
+        ("BACKOFF_JITTER", 1.5, "[0, 1]", "0.25"),
+        ("DEFAULT_MAX_ATTEMPTS", 0, "[1, ∞]", "3"),
+    ],
+)
+def test_e004_numbers_out_of_range(key: str, value: float, bounds: str, default: str) -> None:
+    with iq(**{key: value}):
+        assert check_settings() == [
+            Error(
+                f"DJANGO_IQ[{key!r}] is {value!r}, out of range {bounds}.",
+                hint=f"The default is {default}.",
+                id="django_iq.E004",
+            )
+        ]
+
+
+def test_e005_an_environment_variable_that_does_not_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DJANGO_IQ_PROCESSING_THREADS", "many")
+    iq_settings.reset()
+    try:
+        errors = check_settings()
+    finally:
+        monkeypatch.undo()
+        iq_settings.reset()
+
+    assert errors == [
+        Error(
+            "Environment variable DJANGO_IQ_PROCESSING_THREADS='many' is not a number; "
+            "set it to a whole number or unset it.",
+            hint="Environment variables DJANGO_IQ_* override settings.",
+            id="django_iq.E005",
+        )
+    ]
+
+
+def test_e005_an_environment_variable_out_of_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DJANGO_IQ_CPU_RESUME_PERCENT", "150")
+    iq_settings.reset()
+    try:
+        errors = check_settings()
+    finally:
+        monkeypatch.undo()
+        iq_settings.reset()
+
+    assert errors == [
+        Error(
+            "Environment variable DJANGO_IQ_CPU_RESUME_PERCENT='150' is out of range [0, 100]; "
+            "set it within the range or unset it.",
+            hint="Environment variables DJANGO_IQ_* override settings.",
+            id="django_iq.E005",
+        )
+    ]
+
+
+RESUME_HINT = (
+    "Workers stop claiming above the throttle level and start again below the resume level; "
+    "a resume level at or above it would never throttle."
+)
+
+
+@iq(
+    CPU_THROTTLE_PERCENT=80,
+    CPU_RESUME_PERCENT=80,
+    MEMORY_THROTTLE_PERCENT=70,
+    MEMORY_RESUME_PERCENT=90,
+)
+def test_e006_resume_levels_must_be_below_throttle_levels() -> None:
+    assert check_settings() == [
+        Error(
+            "CPU_RESUME_PERCENT (80) must be below CPU_THROTTLE_PERCENT (80).",
+            hint=RESUME_HINT,
+            id="django_iq.E006",
+        ),
+        Error(
+            "MEMORY_RESUME_PERCENT (90) must be below MEMORY_THROTTLE_PERCENT (70).",
+            hint=RESUME_HINT,
+            id="django_iq.E006",
+        ),
+    ]
+
+
+@iq(CPU_THROTTLE_PERCENT=50)
+def test_e006_compares_against_the_default_resume_level() -> None:
+    assert [e.msg for e in check_settings()] == [
+        "CPU_RESUME_PERCENT (85.0) must be below CPU_THROTTLE_PERCENT (50)."
+    ]
+
+
+@iq(BACKOFF_BASE_SECONDS=10, BACKOFF_MAX_SECONDS=5)
+def test_e007_the_backoff_cap_must_not_be_below_the_base() -> None:
+    assert check_settings() == [
+        Error(
+            "BACKOFF_MAX_SECONDS (5) is below BACKOFF_BASE_SECONDS (10).",
+            hint="The first retry waits BACKOFF_BASE_SECONDS; the cap must be at least that.",
+            id="django_iq.E007",
+        )
+    ]
+
+
+@pytest.mark.parametrize("name", ["", "q" * 101, 7])
+def test_e008_queue_names_must_have_1_to_100_characters(name: Any) -> None:
+    with iq(QUEUES={name: {}}):
+        assert check_settings() == [
+            Error(
+                f"QUEUES has an invalid name {name!r}.",
+                hint="Use 1 to 100 characters.",
+                id="django_iq.E008",
+            )
+        ]
+
+
+@iq(QUEUES={"emails": [("weight", 2)]})
+def test_e008_queue_options_must_be_a_dict() -> None:
+    assert check_settings() == [
+        Error(
+            "QUEUES['emails'] must be a dict, got list.",
+            hint='e.g. {"weight": 2}',
+            id="django_iq.E008",
+        )
+    ]
+
+
+@iq(QUEUES={"emails": None, "reports": {"weight": 3, "max_concurrency": None, "is_paused": True}})
+def test_queues_without_options_or_with_valid_options_pass() -> None:
+    assert check_settings() == []
+
+
+@iq(QUEUES={"emails": {"wieght": 2, "colour": "red"}})
+def test_e009_unknown_queue_options_with_a_suggestion_when_one_is_close() -> None:
+    assert check_settings() == [
+        Error(
+            "QUEUES['emails'] has an unknown option 'wieght'.",
+            hint="Did you mean 'weight'?",
+            id="django_iq.E009",
+        ),
+        Error(
+            "QUEUES['emails'] has an unknown option 'colour'.",
+            hint="Valid: weight, max_concurrency, is_paused.",
+            id="django_iq.E009",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "hint"),
+    [
+        (
+            "weight",
+            0,
+            "The default is 1; a queue of weight 2 gets twice the share of a queue of weight 1.",
+        ),
+        (
+            "weight",
+            None,
+            "The default is 1; a queue of weight 2 gets twice the share of a queue of weight 1.",
+        ),
+        (
+            "weight",
+            True,
+            "The default is 1; a queue of weight 2 gets twice the share of a queue of weight 1.",
+        ),
+        ("max_concurrency", 0, "Use None (the default) for no limit."),
+        ("max_concurrency", "2", "Use None (the default) for no limit."),
+    ],
+)
+def test_e010_queue_weight_and_concurrency_must_be_positive_integers(
+    option: str, value: Any, hint: str
+) -> None:
+    with iq(QUEUES={"emails": {option: value}}):
+        assert check_settings() == [
+            Error(
+                f"QUEUES['emails'][{option!r}] must be an integer >= 1, got {value!r}.",
+                hint=hint,
+                id="django_iq.E010",
+            )
+        ]
+
+
+def test_e011_an_unsupported_database_vendor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", "oracle")
+
+    assert check_database(databases=["default"]) == [
+        Error(
+            "django_iq does not support the 'oracle' database.",
+            hint="Use PostgreSQL, MariaDB (>= 10.6) or SQLite.",
+            id="django_iq.E011",
+        )
+    ]
+
+
+def test_w001_sqlite_without_immediate_transactions(monkeypatch: pytest.MonkeyPatch) -> None:
+    connection = connections["default"]
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", {"timeout": 30})
+
+    assert check_database(databases=["default"]) == [
+        Warning(
+            "SQLite database 'default' does not use IMMEDIATE transactions.",
+            hint='Set DATABASES[...]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", '
+            '"init_command": "PRAGMA journal_mode=WAL;"} so several worker processes can claim '
+            "without 'database is locked' errors.",
+            id="django_iq.W001",
+        )
+    ]
+
+
+def test_database_checks_run_only_when_databases_are_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", "oracle")
+
+    assert check_database() == []
+    assert check_database(databases=["other"]) == []
+
+
+@iq(LEADER_LEASE_SECONDS=1, LEADER_POLL_SECONDS=0.6)
+def test_e012_the_lease_must_outlast_two_polls() -> None:
+    assert check_leader_settings() == [
+        Error(
+            "LEADER_LEASE_SECONDS (1) must be at least twice LEADER_POLL_SECONDS (0.6).",
+            hint="The leader renews its lease every poll; a shorter lease would expire between renewals.",
+            id="django_iq.E012",
+        )
+    ]
+
+
+@iq(WORKER_SILENT_AFTER_SECONDS=1, HEARTBEAT_INTERVAL_SECONDS=0.6)
+def test_e013_workers_are_silent_only_after_two_missed_heartbeats() -> None:
+    assert check_leader_settings() == [
+        Error(
+            "WORKER_SILENT_AFTER_SECONDS (1) must be at least twice HEARTBEAT_INTERVAL_SECONDS (0.6).",
+            hint="Otherwise a live worker could be declared dead between two heartbeats.",
+            id="django_iq.E013",
+        )
+    ]
+
+
+@iq(LEADER_LEASE_SECONDS=1, LEADER_POLL_SECONDS=0.6, UNKNOWN_KEY=1)
+def test_leader_checks_wait_until_the_keys_are_known() -> None:
+    assert check_leader_settings() == []
+    assert [e.id for e in check_settings()] == ["django_iq.E002"]
+
+
+CRON_HINT = "Valid keys: job, schedule, timezone, args, kwargs, queue, priority; job and schedule are required."
+
+
+@pytest.mark.parametrize(
+    ("spec", "message", "hint"),
+    [
+        (
+            "*/5 * * * *",
+            "DJANGO_IQ['CRON']['nightly'] must be a dict, got str.",
+            'e.g. {"job": "app.jobs.cleanup", "schedule": "0 3 * * *"}',
+        ),
+        (
+            {"job": "tests.testapp.jobs.noop", "schedule": "* * * * *", "every": 5},
+            "DJANGO_IQ['CRON']['nightly'] has unknown keys ['every'].",
+            CRON_HINT,
+        ),
+        (
+            {"job": "tests.testapp.jobs.noop"},
+            "DJANGO_IQ['CRON']['nightly'] is missing ['schedule'].",
+            CRON_HINT,
+        ),
+        (
+            {"jobs": "tests.testapp.jobs.noop", "schedule": "* * * * *"},
+            "DJANGO_IQ['CRON']['nightly'] has unknown keys ['jobs'] and is missing ['job'].",
+            CRON_HINT,
+        ),
+    ],
+)
+def test_e014_cron_entries_must_be_dicts_of_known_keys(spec: Any, message: str, hint: str) -> None:
+    with iq(CRON={"nightly": spec}):
+        assert check_leader_settings() == [Error(message, hint=hint, id="django_iq.E014")]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "zone", "problem"),
+    [
+        (
+            "every day",
+            "UTC",
+            "'every day' is not a valid cron expression; use five fields "
+            '"minute hour day-of-month month day-of-week", e.g. "*/5 * * * *".',
+        ),
+        (
+            "0 3 * * *",
+            "Mars/Olympus",
+            "'Mars/Olympus' is not a known time zone, e.g. 'UTC' or 'Europe/Paris'.",
+        ),
+    ],
+)
+def test_e015_cron_schedules_and_time_zones_must_be_valid(
+    schedule: str, zone: str, problem: str
+) -> None:
+    spec = {"job": "tests.testapp.jobs.noop", "schedule": schedule, "timezone": zone}
+    with iq(CRON={"nightly": spec}):
+        assert check_leader_settings() == [
+            Error(
+                f"DJANGO_IQ['CRON']['nightly']: {problem}",
+                hint="Check the schedule and timezone.",
+                id="django_iq.E015",
+            )
+        ]
+
+
+@iq(CRON={"nightly": {"job": "billing.invoices.send_all", "schedule": "0 3 * * *"}})
+def test_e016_cron_jobs_must_be_registered() -> None:
+    assert check_leader_settings() == [
+        Error(
+            "DJANGO_IQ['CRON']['nightly']: 'billing.invoices.send_all' is not a registered job. "
+            "Decorate the function with @django_iq.job in an installed app's jobs.py or a module "
+            'listed in DJANGO_IQ["JOB_MODULES"].',
+            hint="Cron jobs run registered jobs only.",
+            id="django_iq.E016",
+        )
+    ]
+
+
+@iq(
+    CRON={
+        "nightly": {
+            "job": "tests.testapp.jobs.noop",
+            "schedule": "0 3 * * *",
+            "timezone": "Europe/Paris",
+        }
+    }
+)
+def test_a_valid_cron_declaration_passes() -> None:
+    assert check_leader_settings() == []
+
+
+@iq(PROCESSING_THREADS=0, CPU_THROTTLE_PERCENT=50, BACKOFF_BASE_SECONDS=10, BACKOFF_MAX_SECONDS=5)
+def test_errors_in_single_keys_suppress_the_consistency_checks() -> None:
+    # E002-E004 suppress E005-E010: the merged values are not worth comparing yet.
+    assert [e.id for e in check_settings()] == ["django_iq.E004"]
+
+
+def test_a_bad_environment_variable_suppresses_the_leader_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DJANGO_IQ_LEADER_POLL_SECONDS", "often")
+    iq_settings.reset()
+    try:
+        with iq(LEADER_LEASE_SECONDS=1, LEADER_POLL_SECONDS=0.6):
+            leader_errors = check_leader_settings()
+            settings_errors = check_settings()
+    finally:
+        monkeypatch.undo()
+        iq_settings.reset()
+
+    assert leader_errors == []
+    assert [e.id for e in settings_errors] == ["django_iq.E005"]

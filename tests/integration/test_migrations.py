@@ -1,0 +1,92 @@
+"""Migrations: the models match them, and django_iq migrates to zero and back."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from django_iq.models import Entry, Queue
+from tests.testapp.jobs import record
+
+# Partial where the database supports it (PostgreSQL, SQLite), plain on MariaDB.
+PARTIAL_INDEXES = {"iq_entry_ready_idx", "iq_entry_due_idx"}
+
+
+def django_iq_tables() -> set[str]:
+    return {
+        name for name in connection.introspection.table_names() if name.startswith("django_iq_")
+    }
+
+
+def applied_django_iq_migrations() -> list[str]:
+    executor = MigrationExecutor(connection)
+    return sorted(name for app, name in executor.loader.applied_migrations if app == "django_iq")
+
+
+@pytest.mark.django_db
+def test_the_models_need_no_new_migration() -> None:
+    out = StringIO()
+    try:
+        call_command("makemigrations", "--check", "--dry-run", stdout=out, stderr=out)
+    except SystemExit:
+        pytest.fail(
+            "The models changed without a migration; run `python -m django makemigrations "
+            "django_iq --settings=tests.settings`, review it, rename it for what it does and add "
+            f"it to django_iq/migrations/.\n{out.getvalue()}"
+        )
+    assert "No changes detected" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_claim_and_promotion_indexes_exist() -> None:
+    with connection.cursor() as cursor:
+        names = set(connection.introspection.get_constraints(cursor, "django_iq_entry"))
+
+    assert names >= PARTIAL_INDEXES, f"missing: {sorted(PARTIAL_INDEXES - names)}"
+
+
+INDEX_DEFINITION_SQL = {
+    "postgresql": "SELECT indexdef FROM pg_indexes WHERE indexname = %s",
+    "sqlite": "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = %s",
+}
+
+
+@pytest.mark.skipif(
+    not connection.features.supports_partial_indexes,
+    reason="MariaDB cannot build partial indexes; the same indexes are plain there",
+)
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("name", "state"), [("iq_entry_ready_idx", "'pending'"), ("iq_entry_due_idx", "'initial'")]
+)
+def test_the_claim_and_promotion_indexes_are_partial(name: str, state: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(INDEX_DEFINITION_SQL[connection.vendor], [name])
+        (definition,) = cursor.fetchone()
+
+    assert "WHERE" in definition.upper() and state in definition, definition
+
+
+@pytest.mark.django_db(transaction=True)
+def test_django_iq_migrates_to_zero_and_back() -> None:
+    applied = applied_django_iq_migrations()
+    tables = django_iq_tables()
+    assert applied and tables, "the test database starts fully migrated"
+
+    try:
+        call_command("migrate", "django_iq", "zero", verbosity=0)
+        assert django_iq_tables() == set(), "migrating to zero removes every django_iq table"
+        assert applied_django_iq_migrations() == []
+    finally:
+        # Forward again even if the way down failed, so later tests get a complete schema.
+        call_command("migrate", "django_iq", verbosity=0)
+
+    assert django_iq_tables() == tables
+    assert applied_django_iq_migrations() == applied
+
+    entry = record.enqueue("after-remigrate")
+    assert Entry.objects.filter(pk=entry.pk, queue=Queue.objects.get(name="default")).exists()

@@ -1,0 +1,100 @@
+"""Settings for django_iq's test suite: the database comes from DATABASE_URL (SQLite by default)."""
+
+import os
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent
+env = environ.Env()
+
+SECRET_KEY = "django-iq-tests-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_iq",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+STATIC_URL = "/static/"  # the admin's styles, served by live_server to the browser tests
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+_sqlite_path = os.environ.get("DJANGO_IQ_TEST_SQLITE", str(BASE_DIR.parent / ".test-db.sqlite3"))
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{_sqlite_path}")}
+_db = DATABASES["default"]
+if _db["ENGINE"].endswith("sqlite3"):
+    _db.setdefault("OPTIONS", {}).update(
+        {"transaction_mode": "IMMEDIATE", "timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+    # A file, not memory: worker processes started by the tests open the same database.
+    _db["TEST"] = {"NAME": str(_db["NAME"]) + ".test"}
+elif _db["ENGINE"].endswith("mysql"):
+    _db.setdefault("OPTIONS", {}).update({"charset": "utf8mb4"})
+    _db["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+TASKS = {"default": {"BACKEND": "django_iq.backends.IQBackend"}}
+
+DJANGO_IQ = {
+    "QUEUES": {"default": {}, "emails": {"weight": 2}, "reports": {}},
+    "BACKOFF_BASE_SECONDS": 0.05,
+    "BACKOFF_MAX_SECONDS": 0.2,
+    "POLL_INTERVAL_SECONDS": 0.05,
+    "HEARTBEAT_INTERVAL_SECONDS": 0.5,
+    "PROMOTE_INTERVAL_SECONDS": 0.05,
+    "LEADER_LEASE_SECONDS": 2,
+    "LEADER_POLL_SECONDS": 0.1,
+    "WORKER_SILENT_AFTER_SECONDS": 3,
+    "RECOVERY_INTERVAL_SECONDS": 0.2,
+    "CRON_INTERVAL_SECONDS": 0.1,
+    # Tests must not be throttled by whatever else the CI machine runs.
+    "CPU_THROTTLE_PERCENT": 100,
+    "CPU_RESUME_PERCENT": 99,
+    "MEMORY_THROTTLE_PERCENT": 100,
+    "MEMORY_RESUME_PERCENT": 99,
+}
+
+if os.environ.get("DJANGO_IQ_TEST_CRON"):
+    DJANGO_IQ["CRON"] = {"tick": {"job": "tests.testapp.jobs.noop", "schedule": "* * * * *"}}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django_iq": {
+            "handlers": ["console"],
+            "level": os.environ.get("DJANGO_IQ_LOG_LEVEL", "WARNING"),
+        }
+    },
+}

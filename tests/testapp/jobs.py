@@ -1,0 +1,68 @@
+"""Jobs the test suite enqueues; discovered by workers through the app's ``jobs`` module."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from django_iq import job
+from tests.testapp.models import JobRun
+
+
+@job
+def record(token: str, group_key: str = "", seconds: float = 0.0) -> str:
+    """Insert one JobRun with start/end times; the unique token proves exactly-once."""
+    started = time.time()
+    if seconds:
+        time.sleep(seconds)
+    JobRun.objects.create(
+        token=token,
+        group_key=group_key,
+        started_at=started,
+        finished_at=time.time(),
+        pid=os.getpid(),
+    )
+    return token
+
+
+@job(queue="emails", max_attempts=3)
+def flaky(token: str, fail_times: int) -> str:
+    """Fail the first ``fail_times`` attempts (counted in JobRun rows), then succeed."""
+    failures = JobRun.objects.filter(token__startswith=f"{token}:fail").count()
+    if failures < fail_times:
+        JobRun.objects.create(token=f"{token}:fail{failures}")
+        raise RuntimeError(f"flaky failure {failures + 1} of {fail_times}")
+    JobRun.objects.create(token=token)
+    return token
+
+
+@job(max_attempts=2)
+def always_fails(message: str) -> None:
+    raise ValueError(message)
+
+
+@job
+def wait_for_file(token: str, path: str, timeout_seconds: float = 30.0) -> str:
+    """Record a start, then block until ``path`` exists (tests control when the job ends)."""
+    JobRun.objects.create(
+        token=f"{token}:started:{os.getpid()}", started_at=time.time(), pid=os.getpid()
+    )
+    deadline = time.monotonic() + timeout_seconds
+    while not Path(path).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    JobRun.objects.create(token=token, finished_at=time.time(), pid=os.getpid())
+    return token
+
+
+@job
+def noop() -> None:
+    return None
+
+
+@job(max_attempts=3)
+def kill_worker() -> None:
+    """Kill the process running it, as a segfault or an OOM kill would."""
+    JobRun.objects.create(token=f"kill:{os.getpid()}", pid=os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)

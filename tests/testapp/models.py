@@ -1,0 +1,16 @@
+"""Models the test jobs write to, so tests can see what ran, when and how often."""
+
+from django.db import models
+
+
+class JobRun(models.Model):
+    """One run of a test job; ``token`` is unique so a second run of the same entry fails loudly."""
+
+    token = models.CharField(max_length=100, unique=True)
+    group_key = models.CharField(max_length=100, blank=True)
+    started_at = models.FloatField(default=0)
+    finished_at = models.FloatField(default=0)
+    pid = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.token
