@@ -1,0 +1,86 @@
+"""Cron: parse schedules with croniter, and the leader's duty keeping one entry per cron job."""
+
+from __future__ import annotations
+
+import logging
+import zoneinfo
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+
+from croniter import croniter
+
+from django_iq.conf import iq_settings
+from django_iq.models import CronJob
+
+logger = logging.getLogger(__name__)
+
+Fence = Callable[[], AbstractContextManager[None]]
+
+
+def validate_schedule(schedule: str, timezone_name: str = "UTC") -> None:
+    """Raise ``ValueError`` naming the problem if ``schedule`` or ``timezone_name`` is invalid."""
+    if not isinstance(schedule, str) or not croniter.is_valid(schedule):
+        raise ValueError(
+            f"{schedule!r} is not a valid cron expression; use five fields "
+            '"minute hour day-of-month month day-of-week", e.g. "*/5 * * * *".'
+        )
+    try:
+        zoneinfo.ZoneInfo(timezone_name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ValueError(
+            f"{timezone_name!r} is not a known time zone, e.g. 'UTC' or 'Europe/Paris'."
+        ) from None
+
+
+def next_fire_time(schedule: str, timezone_name: str, after: datetime) -> datetime:
+    """Return the first fire time of ``schedule`` strictly after ``after``, in UTC."""
+    zone = zoneinfo.ZoneInfo(timezone_name)
+    fire: datetime = croniter(schedule, after.astimezone(zone)).get_next(datetime)
+    return fire.astimezone(zoneinfo.ZoneInfo("UTC"))
+
+
+@dataclass(frozen=True)
+class CronPass:
+    synced: int
+    removed: int
+    created: int
+
+
+class CronDuty:
+    """Keep ``DJANGO_IQ["CRON"]`` in the table and exactly one entry per enabled cron job."""
+
+    name = "cron"
+
+    @property
+    def interval_seconds(self) -> float:
+        return float(iq_settings.CRON_INTERVAL_SECONDS)
+
+    def run_once(self, now: datetime, fence: Fence) -> CronPass:
+        """Sync declared cron jobs and create missing entries, under the leader's fence."""
+        with fence():
+            synced, removed = CronJob.objects.sync_declared(iq_settings.CRON)
+            created = CronJob.objects.ensure_entries(now)
+        if synced or removed or created:
+            logger.info("cron synced=%s removed=%s entries_created=%s", synced, removed, created)
+        return CronPass(synced, removed, created)
+
+
+class PromotionDuty:
+    """Make deferred entries (cron fires, scheduled runs, retries) ``pending`` when due."""
+
+    name = "promotion"
+
+    @property
+    def interval_seconds(self) -> float:
+        return float(iq_settings.PROMOTE_INTERVAL_SECONDS)
+
+    def run_once(self, now: datetime, fence: Fence) -> int:
+        from django_iq.models import Entry
+
+        with fence():
+            promoted = Entry.objects.promote_due(now)
+        if promoted:
+            logger.debug("promoted due entries count=%s", promoted)
+        return promoted

@@ -1,0 +1,208 @@
+"""The leader: election through a lease row in the database, and the loop running its duties."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import FrameType
+from typing import Any, Protocol
+
+from django.db import connections, router, transaction
+from django.utils import timezone
+
+from django_iq.conf import iq_settings
+from django_iq.cron import CronDuty, Fence, PromotionDuty
+from django_iq.dbconn import refresh_connections
+from django_iq.exceptions import LeadershipLost
+from django_iq.models import LeaderLease, Worker
+from django_iq.pruning import PruningDuty
+from django_iq.queries import limit_idle_transactions
+from django_iq.recovery import RecoveryDuty
+from django_iq.registry import autodiscover
+
+logger = logging.getLogger(__name__)
+
+
+class Duty(Protocol):
+    name: str
+
+    @property
+    def interval_seconds(self) -> float: ...
+
+    def run_once(self, now: datetime, fence: Fence) -> Any: ...
+
+
+def default_duties() -> list[Duty]:
+    return [PromotionDuty(), CronDuty(), RecoveryDuty(), PruningDuty()]
+
+
+@dataclass
+class LeaderPass:
+    """What one pass of the leader loop did."""
+
+    is_leader: bool
+    ran: dict[str, Any] = field(default_factory=dict)
+
+
+class Leader:
+    """One ``runleader`` process: a candidate that, once elected, runs the duties.
+
+    Every write a duty makes happens inside ``fence()``: a transaction that first renews the
+    lease by compare-and-set on (holder, epoch). A leader whose lease expired or was taken
+    over therefore cannot write anything, even if it does not know yet that it lost.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        duties: Sequence[Duty] | None = None,
+        lease_seconds: float | None = None,
+        poll_seconds: float | None = None,
+    ) -> None:
+        self.name = f"{name or socket.gethostname()}:{os.getpid()}:leader"
+        self.duties = list(duties) if duties is not None else default_duties()
+        self.lease_seconds = lease_seconds or iq_settings.LEADER_LEASE_SECONDS
+        self.poll_seconds = poll_seconds or iq_settings.LEADER_POLL_SECONDS
+        self.epoch: int | None = None
+        self.worker: Worker | None = None
+        self.stopping = threading.Event()
+        self._last_run: dict[str, float] = {}
+        self._last_heartbeat = 0.0
+        self._signals = 0
+        self._configured_connection: Any = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.epoch is not None
+
+    @contextmanager
+    def fence(self) -> Iterator[None]:
+        """A transaction that commits only if this process still holds the lease."""
+        if self.epoch is None:
+            raise LeadershipLost(f"{self.name} is not the leader.")
+        with transaction.atomic(using=router.db_for_write(LeaderLease)):
+            if not LeaderLease.objects.renew(self.name, self.epoch, self.lease_seconds):
+                self._lose("lease expired or taken over")
+                raise LeadershipLost(f"{self.name} lost the lease (epoch {self.epoch}).")
+            yield
+
+    def _lose(self, why: str) -> None:
+        if self.epoch is not None:
+            logger.warning("leadership lost name=%s epoch=%s: %s", self.name, self.epoch, why)
+        self.epoch = None
+
+    def _configure_session(self) -> None:
+        """On a new connection, have the server end transactions this process leaves idle (a
+        paused leader would otherwise hold the lease row locked and block its successor)."""
+        alias = router.db_for_write(LeaderLease)
+        raw = connections[alias].connection
+        if raw is None or raw is not self._configured_connection:
+            connections[alias].ensure_connection()
+            limit_idle_transactions(alias, self.lease_seconds)
+            self._configured_connection = connections[alias].connection
+
+    def run_once(self, now: datetime | None = None) -> LeaderPass:
+        """Heartbeat, take or renew the lease, then run each duty whose interval has passed."""
+        refresh_connections()
+        self._configure_session()
+        now = now or timezone.now()
+        self._heartbeat()
+        if self.epoch is None:
+            self.epoch = LeaderLease.objects.acquire(self.name, self.lease_seconds)
+            if self.epoch is not None:
+                logger.info("leader elected name=%s epoch=%s", self.name, self.epoch)
+                self._last_run.clear()
+        elif not LeaderLease.objects.renew(self.name, self.epoch, self.lease_seconds):
+            self._lose("could not renew")
+        result = LeaderPass(self.is_leader)
+        if self.epoch is None:
+            return result
+        clock = time.monotonic()
+        for duty in self.duties:
+            if clock - self._last_run.get(duty.name, float("-inf")) < duty.interval_seconds:
+                continue
+            try:
+                result.ran[duty.name] = duty.run_once(now, self.fence)
+            except LeadershipLost:
+                result.is_leader = False
+                return result
+            self._last_run[duty.name] = clock
+        return result
+
+    def _heartbeat(self) -> None:
+        if (
+            self.worker is None
+            or time.monotonic() - self._last_heartbeat < iq_settings.HEARTBEAT_INTERVAL_SECONDS
+        ):
+            return
+        self._last_heartbeat = time.monotonic()
+        if not Worker.objects.heartbeat(
+            self.worker, busy_threads=0, cpu_percent=0.0, memory_percent=0.0, is_throttled=False
+        ):
+            # Declared dead (or pruned) while alive: start over under a fresh row.
+            self.worker = self._register()
+
+    def _register(self) -> Worker:
+        return Worker.objects.register(
+            name=self.name,
+            role=Worker.Role.LEADER,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=[],
+            processing_threads=0,
+        )
+
+    def run(self, install_signal_handlers: bool = True) -> int:
+        """Campaign and lead until SIGTERM/SIGINT; release the lease on the way out."""
+        autodiscover()
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        self.worker = self._register()
+        logger.info(
+            "leader candidate started name=%s lease_seconds=%s poll_seconds=%s",
+            self.name,
+            self.lease_seconds,
+            self.poll_seconds,
+        )
+        while not self.stopping.is_set():
+            try:
+                self.run_once()
+            except Exception:  # a loop supervisor: a failed pass is logged and retried
+                logger.exception("leader pass failed name=%s", self.name)
+                connections.close_all()
+            self.stopping.wait(self.poll_seconds)
+        self._step_down()
+        return 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            os._exit(1)
+        logger.info("leader stopping name=%s signal=%s", self.name, signum)
+        self.stop()
+
+    def _step_down(self) -> None:
+        try:
+            if self.epoch is not None and LeaderLease.objects.release(self.name, self.epoch):
+                logger.info("leadership released name=%s epoch=%s", self.name, self.epoch)
+            self.epoch = None
+            if self.worker is not None:
+                Worker.objects.stop(self.worker)
+        except Exception:  # best effort: the lease expires by itself within LEADER_LEASE_SECONDS
+            logger.exception("could not release leadership name=%s", self.name)
+        finally:
+            connections.close_all()
+        logger.info("leader stopped name=%s", self.name)

@@ -1,0 +1,156 @@
+"""runleader and runworker as subprocesses: failover, stale leaders, recovery after kill -9."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease, Worker
+from tests.conftest import wait_until
+from tests.processes import command_env, start_command
+from tests.testapp.jobs import kill_worker, wait_for_file
+from tests.testapp.models import JobRun
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+LEASE_SECONDS = 2.0  # LEADER_LEASE_SECONDS in tests/settings.py
+CRON_ENV = {"DJANGO_IQ_TEST_CRON": "1"}
+
+
+def holder() -> str:
+    lease = LeaderLease.objects.current()
+    return lease.holder if lease else ""
+
+
+def pid_of(name: str) -> int:
+    return int(name.split(":")[1])
+
+
+def test_two_leaders_one_acts_and_the_standby_takes_over_after_kill_9() -> None:
+    first = start_command("runleader")
+    wait_until(holder, message="a leader to be elected")
+    second = start_command("runleader")
+    wait_until(
+        lambda: Worker.objects.filter(role="leader", stopped_at__isnull=True).count() == 2,
+        message="both",
+    )
+
+    active_name = holder()
+    active, standby = (first, second) if pid_of(active_name) == first.pid else (second, first)
+    assert "leader elected" in active.output() and "leader elected" not in standby.output()
+
+    active.kill_hard()
+    killed_at = time.monotonic()
+    wait_until(
+        lambda: holder() and holder() != active_name, timeout=15, message="the standby to take over"
+    )
+    took = time.monotonic() - killed_at
+
+    assert pid_of(holder()) == standby.pid
+    assert took <= LEASE_SECONDS + 2.0, f"takeover took {took:.1f}s; bound is lease + poll + slack"
+    assert LeaderLease.objects.current().epoch == 2
+    standby.send_signal(signal.SIGTERM)
+    code, output = standby.finish(30)
+    assert code == 0, output
+    assert "leadership released" in output
+    assert holder() == ""
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite",
+    reason="a process paused inside a write transaction holds SQLite's database-wide write lock; "
+    "failover needs a server database (covered in-process by test_leader.py on SQLite)",
+)
+def test_a_paused_leader_that_comes_back_does_not_act() -> None:
+    first = start_command("runleader", env=command_env(**CRON_ENV))
+    wait_until(holder, message="a leader to be elected")
+    wait_until(lambda: CronJob.objects.filter(name="tick").exists(), message="cron synced")
+    stale_name = holder()
+    first.send_signal(signal.SIGSTOP)
+    second = start_command("runleader", env=command_env(**CRON_ENV))
+    wait_until(
+        lambda: holder() and holder() != stale_name, timeout=15, message="the standby to take over"
+    )
+
+    first.send_signal(signal.SIGCONT)
+    wait_until(
+        lambda: "leadership lost" in first.output(),
+        timeout=15,
+        message="the stale leader to notice",
+    )
+
+    assert pid_of(holder()) == second.pid
+    assert Entry.objects.filter(cron_job__name="tick").count() == 1, (
+        "never two entries for one cron job"
+    )
+    for command in (first, second):
+        command.send_signal(signal.SIGTERM)
+        assert command.finish(30)[0] == 0
+
+
+def test_leader_recovers_the_entry_of_a_worker_killed_mid_job(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    wait_for_file.enqueue("survivor", str(release))
+    leader = start_command("runleader")
+    doomed = start_command("runworker", "--threads", "1")
+    wait_until(
+        lambda: JobRun.objects.filter(token__startswith="survivor:started:").exists(),
+        message="start",
+    )
+
+    doomed.kill_hard()
+    release.touch()
+    rescuer = start_command("runworker", "--threads", "1")
+    wait_until(
+        lambda: JobRun.objects.filter(token="survivor").exists(),
+        timeout=30,
+        message="another worker to finish it",
+    )
+
+    runs = set(
+        JobRun.objects.filter(token__startswith="survivor:started:").values_list("pid", flat=True)
+    )
+    assert runs == {doomed.pid, rescuer.pid}, "the entry ran in the killed worker, then in another"
+    error = EntryError.objects.get()
+    assert error.exception_class == "django_iq.exceptions.WorkerLost" and error.attempt == 1
+    assert "found dead" in error.message
+    wait_until(
+        lambda: not Entry.objects.exists() and not GroupLock.objects.exists(), message="clean up"
+    )
+    for command in (leader, rescuer):
+        command.send_signal(signal.SIGTERM)
+        assert command.finish(30)[0] == 0
+    assert "stuck lock=" in leader.output() and "recovered lock=" in leader.output()
+
+
+def test_an_entry_that_keeps_killing_its_worker_decays_and_finally_fails() -> None:
+    kill_worker.using(priority=30).enqueue()
+    leader = start_command("runleader")
+    workers = start_command("runworker", "--processes", "2", "--threads", "1")
+
+    wait_until(
+        lambda: EntryError.objects.filter(is_final=True).exists(),
+        timeout=60,
+        message="final failure",
+    )
+
+    errors = list(
+        EntryError.objects.order_by("attempt").values_list(
+            "attempt", "priority", "is_final", "exception_class"
+        )
+    )
+    assert errors == [
+        (1, 30, False, "django_iq.exceptions.WorkerLost"),
+        (2, 20, False, "django_iq.exceptions.WorkerLost"),
+        (3, 10, True, "django_iq.exceptions.WorkerLost"),
+    ]
+    assert JobRun.objects.filter(token__startswith="kill:").count() == 3
+    assert not Entry.objects.exists()
+    for command in (workers, leader):
+        command.send_signal(signal.SIGTERM)
+        assert command.finish(60)[0] == 0
+    assert "worker process crashed" in workers.output()
