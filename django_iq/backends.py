@@ -1,0 +1,275 @@
+"""The Django Tasks backend: ``@task`` functions enqueue entries and run on django_iq workers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any, cast
+
+from django.apps import apps
+from django.core import checks
+from django.db import router, transaction
+from django.dispatch import receiver
+from django.utils import timezone
+from django.utils.crypto import get_random_string
+
+from django_iq import signals
+from django_iq.exceptions import InvalidJobOptions, IQError
+from django_iq.models import Entry, EntryError, Result
+from django_iq.registry import Job, JobOptions, get_job, register, registered_jobs
+from django_iq.serialization import validate_arguments
+from django_iq.tasks_compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+
+# django_iq options a task may carry, beyond the framework's own.
+TASK_OPTIONS = ("max_attempts", "group_key", "backoff_base_seconds", "backoff_max_seconds")
+# Backoff is read from the decorated task by workers, so using() changes only these.
+TASK_USING_OPTIONS = ("max_attempts", "group_key")
+BACKEND_OPTIONS: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class IQTask(Task):
+    """A task with django_iq's job options: ``@task(max_attempts=5, group_key="reports")``
+    (Django 6.1 hands these to the backend's ``task_class``), or ``task.using(...)``."""
+
+    max_attempts: int | None = None
+    group_key: str | None = None
+    backoff_base_seconds: float | None = None
+    backoff_max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        Task.__post_init__(self)
+        _task_job(self)
+
+    def using(self, **changes: Any) -> IQTask:
+        """Return a copy with framework options (priority, queue_name, run_after, backend) and
+        django_iq options (max_attempts, group_key) changed; backoff is set on ``@task``."""
+        ours = {key: changes.pop(key) for key in list(changes) if key in TASK_USING_OPTIONS}
+        task = cast("IQTask", Task.using(self, **changes))
+        return dataclasses.replace(task, **ours) if ours else task
+
+
+def _options(task: Task) -> JobOptions:
+    try:
+        return JobOptions(
+            queue=task.queue_name,
+            priority=task.priority,
+            max_attempts=getattr(task, "max_attempts", None),
+            group_key=getattr(task, "group_key", None),
+            backoff_base_seconds=getattr(task, "backoff_base_seconds", None),
+            backoff_max_seconds=getattr(task, "backoff_max_seconds", None),
+            run_at=task.run_after,
+        )
+    except InvalidJobOptions as exc:
+        raise InvalidTask(str(exc)) from exc
+
+
+class TaskJob(Job[Any, Any]):
+    """The registry's view of a ``@task``: run through the framework, with results and context."""
+
+    def __init__(self, task: Task) -> None:
+        super().__init__(
+            task.func, task.module_path, dataclasses.replace(_options(task), run_at=None)
+        )
+        self.task = task
+
+    def invoke(self, entry: Entry, worker_name: str) -> Any:
+        backend = cast("IQBackend", self.task.get_backend())
+        if entry.result_id is not None:
+            Result.objects.record_start(entry.result_id, worker_name, timezone.now())
+            task_result = backend.get_result(entry.result_id)
+        else:
+            task_result = backend.result_for(self.task, entry, worker_name)
+        task_started.send(sender=type(backend), task_result=task_result)
+        if self.task.takes_context:
+            value = self.task.call(
+                TaskContext(task_result=task_result), *entry.args, **entry.kwargs
+            )
+        else:
+            value = self.task.call(*entry.args, **entry.kwargs)
+        return normalize_json(value)
+
+
+def _task_job(task: Task) -> TaskJob:
+    """Return the registered job of ``task``, registering the task the first time it is seen."""
+    existing = registered_jobs().get(task.module_path)
+    if isinstance(existing, TaskJob) and existing.func is task.func:
+        return existing
+    job = TaskJob(task)
+    register(job)
+    return job
+
+
+class IQBackend(BaseTaskBackend):
+    """Run Django Tasks on django_iq: ``TASKS = {"default": {"BACKEND":
+    "django_iq.backends.IQBackend"}}``. Queues are django_iq queues; ``QUEUES`` in the
+    backend's settings, when given, limits which of them tasks may use."""
+
+    task_class = IQTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        # No QUEUES key: every django_iq queue may be used, checked at enqueue.
+        self.queues = set(params["QUEUES"]) if "QUEUES" in params else set()
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        _options(task)
+
+    def enqueue(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
+        """Write a READY result and its entry in one transaction; return the TaskResult."""
+        self.validate_task(task)
+        job = _task_job(task)
+        args = list(args)
+        try:
+            validate_arguments(args, kwargs)
+        except TypeError as exc:
+            raise type(exc)(str(exc)) from None
+        result_id = get_random_string(32)
+        now = timezone.now()
+        try:
+            with transaction.atomic(using=router.db_for_write(Result)):
+                row = Result.objects.create(
+                    id=result_id,
+                    task_path=task.module_path,
+                    backend=self.alias,
+                    queue_name=task.queue_name,
+                    priority=task.priority,
+                    args=args,
+                    kwargs=kwargs,
+                    run_after=task.run_after,
+                    enqueued_at=now,
+                )
+                Entry.objects.enqueue_many(
+                    job, [(args, kwargs)], _options(task), result_ids=[result_id]
+                )
+        except IQError as exc:
+            if isinstance(exc, TypeError):
+                raise
+            raise InvalidTask(str(exc)) from exc
+        task_result = self._to_task_result(row, task)
+        task_enqueued.send(sender=type(self), task_result=task_result)
+        return task_result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """Return the task's result as stored now; raise ``TaskResultDoesNotExist``."""
+        row = Result.objects.filter(pk=result_id).first()
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        try:
+            job = get_job(row.task_path)
+        except IQError:
+            raise TaskResultDoesNotExist(
+                f"{result_id} belongs to task {row.task_path}, which is not registered here."
+            ) from None
+        task = job.task if isinstance(job, TaskJob) else None
+        if task is None:
+            raise TaskResultDoesNotExist(f"{result_id} does not belong to a task.")
+        return self._to_task_result(row, task)
+
+    def result_for(self, task: Task, entry: Entry, worker_name: str) -> TaskResult:
+        """A RUNNING result for an entry that has no stored result (enqueued as a plain job)."""
+        now = timezone.now()
+        row = Result(
+            id=f"entry-{entry.pk}",
+            task_path=task.module_path,
+            backend=self.alias,
+            queue_name=entry.queue_id,
+            priority=entry.priority,
+            status="RUNNING",
+            args=entry.args,
+            kwargs=entry.kwargs,
+            enqueued_at=entry.enqueued_at,
+            started_at=now,
+            last_attempted_at=now,
+            worker_ids=[worker_name] * (entry.attempts + 1),
+        )
+        return self._to_task_result(row, task)
+
+    def _to_task_result(self, row: Result, task: Task) -> TaskResult:
+        task = Task.using(
+            task, queue_name=row.queue_name, priority=row.priority, run_after=row.run_after
+        )
+        result: Any = TaskResult(
+            task=task,
+            id=row.pk,
+            status=TaskResultStatus(row.status),
+            enqueued_at=row.enqueued_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            last_attempted_at=row.last_attempted_at,
+            args=list(row.args),
+            kwargs=dict(row.kwargs),
+            backend=row.backend,
+            errors=[TaskError(**error) for error in row.errors],
+            worker_ids=list(row.worker_ids),
+        )
+        object.__setattr__(result, "_return_value", row.return_value)
+        return cast(TaskResult, result)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        messages: list[checks.CheckMessage] = list(super().check(**kwargs))
+        if not apps.is_installed("django_iq"):
+            messages.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}] uses django_iq.backends.IQBackend but django_iq is not "
+                    "in INSTALLED_APPS.",
+                    hint='Add "django_iq" to INSTALLED_APPS and run migrate.',
+                    id="django_iq.E017",
+                )
+            )
+        for key in self.options:
+            if key not in BACKEND_OPTIONS:
+                messages.append(
+                    checks.Error(
+                        f"TASKS[{self.alias!r}]['OPTIONS'] has an unknown key {key!r}.",
+                        hint="IQBackend takes no OPTIONS; set queue and retry options per task "
+                        f"({', '.join(TASK_OPTIONS)}) or in DJANGO_IQ.",
+                        id="django_iq.E018",
+                    )
+                )
+        return messages
+
+
+def _finished(entry: Entry) -> None:
+    if entry.result_id is None:
+        return
+    job = registered_jobs().get(entry.job_name)
+    if not isinstance(job, TaskJob):
+        return
+    backend = job.task.get_backend()
+    try:
+        task_result = backend.get_result(entry.result_id)
+    except TaskResultDoesNotExist:
+        return
+    task_finished.send(sender=type(backend), task_result=task_result)
+
+
+@receiver(signals.entry_finished)
+def _send_task_finished(sender: Any, entry: Entry, **kwargs: Any) -> None:
+    _finished(entry)
+
+
+@receiver(signals.entry_failed)
+def _send_task_finished_on_final_failure(
+    sender: Any, entry: Entry, error: EntryError, **kwargs: Any
+) -> None:
+    if error.is_final:
+        _finished(entry)
