@@ -1,0 +1,277 @@
+"""The Entry and DisabledJob admins: entries listed fast on large tables, filtered by queue,
+job and state (stored or inferred), and changed only through manager actions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_iq.admin.common import (
+    ActionOnlyAdmin,
+    EstimatedCountPaginator,
+    ReadOnlyAdmin,
+    log_objects,
+    plural,
+    report,
+)
+from django_iq.managers import EntryQuerySet
+from django_iq.models import DisabledJob, Entry, GroupLock
+from django_iq.registry import autodiscover, registered_jobs
+
+
+class JobFilter(admin.SimpleListFilter):
+    """Entries of one job. The choices come from the registry and the disabled jobs, not from a
+    ``SELECT DISTINCT`` over the entry table, which would read every row on each page load."""
+
+    title = "job"
+    parameter_name = "job"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        autodiscover()
+        names = set(registered_jobs()) | set(DisabledJob.objects.values_list("job_name", flat=True))
+        if self.value():
+            names.add(str(self.value()))
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(job_name=value) if value else queryset
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Stored states plus the inferred ones, through the queryset's own state methods."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        return [
+            ("initial", "initial (deferred)"),
+            ("pending", "pending"),
+            ("computing", "computing (pending, running)"),
+            ("awaiting_compute", "awaiting compute (pending, ready)"),
+            ("disabled", "disabled"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        entries = cast(EntryQuerySet, queryset)  # the queryset of Entry's own manager
+        states = {
+            "initial": entries.initial,
+            "pending": entries.pending,
+            "computing": entries.computing,
+            "awaiting_compute": entries.awaiting_compute,
+            "disabled": entries.disabled,
+        }
+        state = states.get(str(self.value()))
+        return state() if state is not None else queryset
+
+
+@admin.register(Entry)
+class EntryAdmin(ActionOnlyAdmin):
+    list_display = (
+        "id",
+        "job_name",
+        "queue_name",
+        "status",
+        "priority",
+        "group",
+        "run_at",
+        "attempts_display",
+        "enqueued_at",
+    )
+    list_filter = ("queue", JobFilter, StateFilter)
+    # The search box matches a group key exactly (through the indexed lock key) or an entry id.
+    search_fields = ("=group_key",)
+    search_help_text = "An exact group key, or an entry id."
+    ordering = ("-id",)
+    # Sorting by an unindexed column would sort the whole table on each page load.
+    sortable_by = ("id",)
+    paginator = EstimatedCountPaginator
+    list_deferred = ("args", "kwargs")
+    show_full_result_count = False
+    # Facet counts would count the whole table once per filter choice.
+    show_facets = admin.ShowFacets.NEVER
+    actions = ("disable_jobs", "enable_jobs", "run_now", "cancel_entries")
+    fields = (
+        ("queue", "job_name"),
+        ("status", "lock"),
+        ("priority", "group_key", "lock_key"),
+        ("run_at", "enqueued_at"),
+        ("attempts", "max_attempts"),
+        "args",
+        "kwargs",
+        ("cron_job", "result_id"),
+        "errors",
+    )
+    readonly_fields = ("status", "lock", "errors")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Entry]:
+        # One EXISTS per listed row tells computing from awaiting compute: no query per row.
+        locked = Exists(GroupLock.objects.filter(key=OuterRef("lock_key")))
+        entries: QuerySet[Entry] = super().get_queryset(request)
+        return entries.annotate(is_locked=locked)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Entry], search_term: str
+    ) -> tuple[QuerySet[Entry], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        # lock_key is "g:" + group_key for grouped entries, and lock_key is indexed.
+        match = Q(lock_key=f"g:{term}")
+        if term.isdigit() and len(term) < 19:
+            match |= Q(pk=int(term))
+        return queryset.filter(match), False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Entry | None = None) -> bool:
+        # Deleting would also remove entries a worker is running; "cancel" refuses those.
+        return False
+
+    @admin.display(description="queue", ordering="queue_id")
+    def queue_name(self, entry: Entry) -> str:
+        return str(entry.queue_id)
+
+    @admin.display(description="state")
+    def status(self, entry: Entry) -> str:
+        if entry.state == "pending":
+            return "computing" if getattr(entry, "is_locked", False) else "awaiting compute"
+        return str(entry.state)
+
+    @admin.display(description="group key")
+    def group(self, entry: Entry) -> SafeString | None:
+        if not entry.group_key:
+            return None
+        url = reverse("admin:django_iq_entry_changelist", current_app=self.admin_site.name)
+        return format_html(
+            '<a href="{}?{}">{}</a>', url, urlencode({"q": entry.group_key}), entry.group_key
+        )
+
+    @admin.display(description="attempts")
+    def attempts_display(self, entry: Entry) -> str:
+        return f"{entry.attempts} of {entry.max_attempts}"
+
+    @admin.display(description="group lock")
+    def lock(self, entry: Entry) -> str:
+        held = GroupLock.objects.select_related("worker").filter(key=entry.lock_key).first()
+        if held is None:
+            return "not locked"
+        worker = held.worker.name if held.worker is not None else "no live worker (orphaned)"
+        return f"held by {worker} since {held.locked_at:%Y-%m-%d %H:%M:%S %Z}"
+
+    @admin.display(description="failed attempts")
+    def errors(self, entry: Entry) -> SafeString:
+        url = reverse("admin:django_iq_entryerror_changelist", current_app=self.admin_site.name)
+        return format_html(
+            '<a href="{}?{}">errors of entry {}</a>', url, urlencode({"q": entry.pk}), entry.pk
+        )
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_iq.cancel_entry")
+
+    @staticmethod
+    def _job_names(queryset: QuerySet[Entry]) -> list[str]:
+        return sorted(queryset.order_by().values_list("job_name", flat=True).distinct())
+
+    @admin.action(description="Disable the jobs of selected entries", permissions=["change"])
+    def disable_jobs(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
+        disabled = {name: Entry.objects.disable(name) for name in self._job_names(queryset)}
+        rows = DisabledJob.objects.filter(job_name__in=list(disabled))
+        for row in rows:
+            log_objects(
+                request,
+                [row],
+                f"Disabled job: {plural(disabled[row.job_name], 'entry', 'entries')} disabled.",
+                ADDITION,
+            )
+        report(self, request, f"Disabled {_jobs_summary(disabled)}.")
+
+    @admin.action(description="Enable the jobs of selected entries", permissions=["change"])
+    def enable_jobs(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
+        enable_jobs(self, request, self._job_names(queryset))
+
+    @admin.action(description="Run selected deferred entries now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
+        selected = queryset.count()
+        deferred = list(queryset.filter(state="initial").only("pk", "job_name", "state"))
+        changed = Entry.objects.run_now(entry.pk for entry in deferred)
+        log_objects(request, deferred, "Made pending: run now.", CHANGE)
+        message = f"{plural(changed, 'entry', 'entries')} will run now."
+        skipped = selected - changed
+        if skipped:
+            message += f" {skipped} skipped: not deferred (only initial entries can run now)."
+        report(self, request, message, skipped=skipped)
+
+    @admin.action(description="Cancel selected entries", permissions=["cancel"])
+    def cancel_entries(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
+        selected = list(queryset.only("pk", "job_name", "state"))
+        ids = [entry.pk for entry in selected]
+        cancelled, skipped = Entry.objects.cancel(ids)
+        remaining = set(Entry.objects.filter(pk__in=ids).values_list("pk", flat=True))
+        log_objects(request, [e for e in selected if e.pk not in remaining], "Cancelled.", DELETION)
+        message = f"{cancelled} cancelled"
+        if skipped:
+            message += f", {skipped} skipped: locked by a running worker"
+        report(self, request, message + ".", skipped=skipped)
+
+
+def _jobs_summary(counts: dict[str, int]) -> str:
+    """``"job a (3 entries), job b (0 entries)"``."""
+    if not counts:
+        return "no job"
+    return ", ".join(
+        f"job {name} ({plural(count, 'entry', 'entries')})" for name, count in counts.items()
+    )
+
+
+def enable_jobs(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, names: Sequence[str]
+) -> None:
+    """Enable ``names`` with ``Entry.objects.enable``, log it against each ``DisabledJob`` row
+    removed, and report counts; jobs that were not disabled are reported as skipped."""
+    rows = {row.job_name: row for row in DisabledJob.objects.filter(job_name__in=list(names))}
+    enabled = {name: Entry.objects.enable(name) for name in names}
+    for name, row in rows.items():
+        log_objects(
+            request,
+            [row],
+            f"Enabled job: {plural(enabled[name], 'entry', 'entries')} enabled.",
+            DELETION,
+        )
+    message = f"Enabled {_jobs_summary({name: enabled[name] for name in rows})}."
+    skipped = [name for name in names if name not in rows]
+    if skipped:
+        message += f" {len(skipped)} skipped: not disabled ({', '.join(skipped)})."
+    report(model_admin, request, message)
+
+
+@admin.register(DisabledJob)
+class DisabledJobAdmin(ReadOnlyAdmin):
+    """Jobs switched off. Read-only, with one action: enable, as the entries' action does."""
+
+    list_display = ("job_name", "disabled_at")
+    search_fields = ("job_name",)
+    ordering = ("job_name",)
+    actions = ("enable_selected_jobs",)
+
+    def has_enable_permission(self, request: HttpRequest) -> bool:
+        # The same permission as the entries' "enable job" action: it changes entries' states.
+        return request.user.has_perm("django_iq.change_entry")
+
+    @admin.action(description="Enable selected jobs", permissions=["enable"])
+    def enable_selected_jobs(self, request: HttpRequest, queryset: QuerySet[DisabledJob]) -> None:
+        enable_jobs(self, request, sorted(queryset.values_list("job_name", flat=True)))

@@ -1,0 +1,145 @@
+"""The EntryError admin: failed attempts shown readably, filtered by queue, job, exception and
+outcome, and requeued one by one or all alike through the manager."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django.contrib import admin
+from django.contrib.admin.models import CHANGE
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.defaultfilters import truncatechars
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_iq.admin.common import (
+    ActionOnlyAdmin,
+    EstimatedCountPaginator,
+    log_objects,
+    plural,
+    report,
+)
+from django_iq.managers import EntryErrorQuerySet
+from django_iq.models import EntryError
+
+
+class RequeuedFilter(admin.SimpleListFilter):
+    title = "requeued"
+    parameter_name = "requeued"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        return [("yes", "yes"), ("no", "no")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in ("yes", "no"):
+            return queryset.filter(requeued_at__isnull=value == "no")
+        return queryset
+
+
+@admin.register(EntryError)
+class EntryErrorAdmin(ActionOnlyAdmin):
+    list_display = (
+        "failed_at",
+        "job_name",
+        "queue_name",
+        "entry_id",
+        "attempt_display",
+        "exception",
+        "short_message",
+        "is_final",
+        "requeued_at",
+    )
+    list_display_links = ("failed_at", "job_name")
+    # Job and exception choices are read with SELECT DISTINCT: the error table stays small, as
+    # pruning removes rows older than ERROR_RETENTION_SECONDS.
+    list_filter = ("queue", "job_name", "exception_class", "is_final", RequeuedFilter)
+    search_fields = ("=entry_id",)
+    search_help_text = "An entry id: every failed attempt of that entry."
+    ordering = ("-failed_at",)
+    sortable_by = ("failed_at",)
+    paginator = EstimatedCountPaginator
+    list_deferred = ("args", "kwargs", "traceback")
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    actions = ("requeue_errors", "requeue_matching")
+    fieldsets = (
+        ("Failure", {"fields": ("exception_class", "message", "traceback_display")}),
+        (
+            "Entry",
+            {
+                "fields": (
+                    ("entry_id", "queue", "job_name"),
+                    "args",
+                    "kwargs",
+                    ("priority", "group_key"),
+                    ("attempt", "max_attempts", "enqueued_at"),
+                )
+            },
+        ),
+        ("Outcome", {"fields": (("worker_name", "failed_at"), ("is_final", "requeued_at"))}),
+    )
+    readonly_fields = ("traceback_display",)
+
+    @admin.display(description="queue", ordering="queue_id")
+    def queue_name(self, error: EntryError) -> str:
+        return str(error.queue_id)
+
+    @admin.display(description="attempt")
+    def attempt_display(self, error: EntryError) -> str:
+        return f"{error.attempt} of {error.max_attempts}"
+
+    @admin.display(description="exception")
+    def exception(self, error: EntryError) -> SafeString:
+        short = error.exception_class.rsplit(".", 1)[-1]
+        return format_html('<span title="{}">{}</span>', error.exception_class, short)
+
+    @admin.display(description="message")
+    def short_message(self, error: EntryError) -> str:
+        return str(truncatechars(error.message.splitlines()[0] if error.message else "", 80))
+
+    @admin.display(description="traceback")
+    def traceback_display(self, error: EntryError) -> SafeString:
+        # format_html escapes the traceback: it holds whatever the job's exception said.
+        return format_html('<pre style="white-space: pre-wrap">{}</pre>', error.traceback or "-")
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_iq.requeue_entryerror")
+
+    @admin.action(description="Requeue selected failed entries", permissions=["requeue"])
+    def requeue_errors(self, request: HttpRequest, queryset: QuerySet[EntryError]) -> None:
+        selected = queryset.count()
+        failed = list(cast(EntryErrorQuerySet, queryset).failed())
+        created = EntryError.objects.requeue(failed)
+        log_objects(request, failed, "Requeued as a new pending entry.", CHANGE)
+        message = f"Requeued {plural(len(created), 'failed entry', 'failed entries')}."
+        skipped = selected - len(created)
+        if skipped:
+            message += f" {skipped} skipped: not a final failure, or already requeued."
+        report(self, request, message, skipped=skipped)
+
+    @admin.action(
+        description="Requeue all failures of the selected errors' job and exception class",
+        permissions=["requeue"],
+    )
+    def requeue_matching(self, request: HttpRequest, queryset: QuerySet[EntryError]) -> None:
+        pairs = sorted(queryset.order_by().values_list("job_name", "exception_class").distinct())
+        parts = []
+        for job_name, exception_class in pairs:
+            if not job_name or not exception_class:
+                continue  # an empty value would widen the match to every job or exception
+            count = EntryError.objects.requeue_matching(
+                job_name=job_name, exception_class=exception_class
+            )
+            text = f"{plural(count, 'entry', 'entries')} of job {job_name} failed with {exception_class}"
+            parts.append(text)
+            example = queryset.filter(job_name=job_name, exception_class=exception_class).first()
+            log_objects(
+                request, [example] if example else [], f"Requeued all failures: {text}.", CHANGE
+            )
+        report(self, request, f"Requeued {'; '.join(parts) or 'nothing'}.")

@@ -1,0 +1,142 @@
+"""Read-only admins for what the processes write: workers and their load, group locks, the
+leadership lease and the results of Django Tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest
+
+from django_iq.admin.common import EstimatedCountPaginator, ReadOnlyAdmin
+from django_iq.models import GroupLock, LeaderLease, Result, Worker
+
+
+class WorkerStatusFilter(admin.SimpleListFilter):
+    """Live (heartbeat within WORKER_SILENT_AFTER_SECONDS), silent (presumed dead, not yet
+    marked) or stopped, as ``Worker.objects.live()`` and ``silent()`` decide in database time."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        return [("live", "live"), ("silent", "silent (presumed dead)"), ("stopped", "stopped")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value == "live":
+            return queryset.filter(pk__in=Worker.objects.live().values("pk"))
+        if value == "silent":
+            return queryset.filter(pk__in=Worker.objects.silent(_silent_after()).values("pk"))
+        if value == "stopped":
+            return queryset.filter(stopped_at__isnull=False)
+        return queryset
+
+
+def _silent_after() -> float:
+    from django_iq.conf import iq_settings
+
+    seconds: float = iq_settings.WORKER_SILENT_AFTER_SECONDS
+    return seconds
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdmin):
+    list_display = (
+        "name",
+        "role",
+        "host",
+        "pid",
+        "status",
+        "heartbeat_age",
+        "threads",
+        "cpu",
+        "memory",
+        "is_throttled",
+        "started_at",
+    )
+    list_filter = (WorkerStatusFilter, "role", "is_throttled")
+    search_fields = ("name", "host")
+    ordering = ("-heartbeat_at",)
+    readonly_fields = ("status", "heartbeat_age", "threads")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        # Liveness and heartbeat age in database time (heartbeats are stamped with it), read
+        # in the list's own query: nothing is asked per row.
+        live = Worker.objects.live().filter(pk=OuterRef("pk"))
+        age = ExpressionWrapper(Now() - F("heartbeat_at"), output_field=DurationField())
+        workers: QuerySet[Worker] = super().get_queryset(request)
+        return workers.annotate(is_live=Exists(live), heartbeat_age_db=age)
+
+    @admin.display(description="status")
+    def status(self, worker: Worker) -> str:
+        if worker.stopped_at is not None:
+            return "dead (marked stopped)" if worker.died else "stopped"
+        return "live" if getattr(worker, "is_live", False) else "silent (presumed dead)"
+
+    @admin.display(description="heartbeat age", ordering="-heartbeat_at")
+    def heartbeat_age(self, worker: Worker) -> str | None:
+        age = getattr(worker, "heartbeat_age_db", None)
+        return f"{max(0, int(age.total_seconds()))} s" if age is not None else None
+
+    @admin.display(description="threads")
+    def threads(self, worker: Worker) -> str:
+        if worker.role == Worker.Role.LEADER:
+            return "-"
+        busy = worker.busy_threads
+        idle = max(0, worker.processing_threads - busy) if self.status(worker) == "live" else 0
+        return f"{busy} busy / {idle} idle of {worker.processing_threads}"
+
+    @admin.display(description="CPU", ordering="cpu_percent")
+    def cpu(self, worker: Worker) -> str:
+        return f"{worker.cpu_percent:.0f}%"
+
+    @admin.display(description="memory", ordering="memory_percent")
+    def memory(self, worker: Worker) -> str:
+        return f"{worker.memory_percent:.0f}%"
+
+
+@admin.register(GroupLock)
+class GroupLockAdmin(ReadOnlyAdmin):
+    list_display = ("key", "queue_name", "worker", "locked_at", "entry_id")
+    list_select_related = ("worker",)
+    list_filter = ("queue",)
+    search_fields = ("=key",)
+    ordering = ("locked_at",)
+
+    @admin.display(description="queue", ordering="queue_id")
+    def queue_name(self, lock: GroupLock) -> str:
+        return str(lock.queue_id)
+
+
+@admin.register(LeaderLease)
+class LeaderLeaseAdmin(ReadOnlyAdmin):
+    list_display = ("name", "holder", "epoch", "acquired_at", "expires_at", "is_held")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[LeaderLease]:
+        # Held means unexpired in database time, the clock the lease is renewed against.
+        current = LeaderLease.objects.filter(pk=OuterRef("pk"), expires_at__gte=Now())
+        leases: QuerySet[LeaderLease] = super().get_queryset(request)
+        return leases.annotate(held=Exists(current.exclude(holder="")))
+
+    @admin.display(description="held", boolean=True)
+    def is_held(self, lease: LeaderLease) -> bool:
+        return bool(getattr(lease, "held", False))
+
+
+@admin.register(Result)
+class ResultAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task_path", "status", "queue_name", "enqueued_at", "finished_at")
+    list_filter = ("status",)
+    search_fields = ("=id",)
+    search_help_text = "A result id."
+    # The primary key is the only index fit for ordering a table that can be large.
+    sortable_by = ("id",)
+    paginator = EstimatedCountPaginator
+    list_deferred = ("args", "kwargs", "return_value", "errors")
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER

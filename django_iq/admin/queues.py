@@ -1,0 +1,189 @@
+"""The Queue admin: counts per state and the oldest waiting entry per queue, pause and resume,
+weight and concurrency edits, and the route to the operations dashboard."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django import forms
+from django.contrib import admin
+from django.contrib.admin.models import CHANGE
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Field, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince
+
+from django_iq.admin.common import log_objects, plural, report
+from django_iq.exceptions import QueueNotFound
+from django_iq.managers import QueueStats
+from django_iq.models import Entry, Queue
+
+# Attributes set on each listed Queue by QueueChangeList: its QueueStats and oldest waiting time.
+STATS_ATTRIBUTE = "_iq_stats"
+OLDEST_ATTRIBUTE = "_iq_oldest_waiting"
+
+
+class QueueChangeList(ChangeList):
+    """Reads the statistics of the listed queues once per page, not once per row or column."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        queues: list[Queue] = list(self.result_list)
+        if not queues:
+            return
+        stats = {row.queue: row for row in Queue.objects.stats([q.name for q in queues])}
+        oldest = Entry.objects.oldest_waiting()
+        for queue in queues:
+            setattr(queue, STATS_ATTRIBUTE, stats.get(queue.name))
+            setattr(queue, OLDEST_ATTRIBUTE, oldest.get(queue.name))
+
+
+def _stats(queue: Queue) -> QueueStats | None:
+    stats: QueueStats | None = getattr(queue, STATS_ATTRIBUTE, None)
+    return stats
+
+
+def _count_column(state: str, description: str) -> Any:
+    """A list column showing ``state``'s count for a queue, linked to those entries."""
+
+    @admin.display(description=description)
+    def column(self: QueueAdmin, queue: Queue) -> SafeString | int | None:
+        stats = _stats(queue)
+        if stats is None:
+            return None
+        count: int = getattr(stats, state)
+        if not count:
+            return count
+        if state == "failed":
+            url = reverse("admin:django_iq_entryerror_changelist", current_app=self.admin_site.name)
+            query = {"queue__name__exact": queue.name, "is_final__exact": "1", "requeued": "no"}
+        else:
+            url = reverse("admin:django_iq_entry_changelist", current_app=self.admin_site.name)
+            query = {"queue__name__exact": queue.name, "state": state}
+        return format_html('<a href="{}?{}">{}</a>', url, urlencode(query), count)
+
+    return column
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "is_paused",
+        "weight",
+        "max_concurrency",
+        "initial_count",
+        "pending_count",
+        "disabled_count",
+        "computing_count",
+        "awaiting_compute_count",
+        "failed_count",
+        "oldest_waiting",
+    )
+    list_editable = ("weight", "max_concurrency")
+    list_filter = ("is_paused",)
+    search_fields = ("name",)
+    actions = ("pause_queues", "resume_queues")
+    fields = ("name", "weight", "max_concurrency", "is_paused", "created_at")
+
+    initial_count = _count_column("initial", "initial")
+    pending_count = _count_column("pending", "pending")
+    disabled_count = _count_column("disabled", "disabled")
+    computing_count = _count_column("computing", "computing")
+    awaiting_compute_count = _count_column("awaiting_compute", "awaiting compute")
+    failed_count = _count_column("failed", "failed")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return QueueChangeList
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Queue | None = None
+    ) -> tuple[str, ...]:
+        # The name is the key entries, errors and cron jobs refer to: fixed once created.
+        # is_paused changes only through the pause and resume actions.
+        return ("name", "is_paused", "created_at") if obj else ("is_paused", "created_at")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Queue | None = None) -> bool:
+        # Entries protect their queue, and Django's confirmation page would list every error
+        # and lock of the queue, unbounded. A declared queue would come back at once anyway.
+        return False
+
+    def formfield_for_dbfield(
+        self, db_field: Field[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> forms.Field | None:
+        if db_field.name in ("weight", "max_concurrency"):
+            kwargs["min_value"] = 1  # the table's check constraints say so too
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+    def save_model(
+        self, request: HttpRequest, obj: Queue, form: forms.ModelForm[Queue], change: bool
+    ) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        options: dict[str, Any] = {}
+        if "weight" in form.changed_data:
+            options["weight"] = obj.weight
+        if "max_concurrency" in form.changed_data:
+            options["max_concurrency"] = obj.max_concurrency
+        if options:
+            Queue.objects.configure(obj.name, **options)
+
+    @admin.display(description="oldest waiting")
+    def oldest_waiting(self, queue: Queue) -> str | None:
+        oldest = getattr(queue, OLDEST_ATTRIBUTE, None)
+        return timesince(oldest, timezone.now()) if oldest is not None else None
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_iq.pause_queue")
+
+    @admin.action(description="Pause selected queues", permissions=["pause"])
+    def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        self._set_paused(request, queryset, paused=True)
+
+    @admin.action(description="Resume selected queues", permissions=["pause"])
+    def resume_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        self._set_paused(request, queryset, paused=False)
+
+    def _set_paused(self, request: HttpRequest, queryset: QuerySet[Queue], *, paused: bool) -> None:
+        change = Queue.objects.pause if paused else Queue.objects.resume
+        verb = "Paused" if paused else "Resumed"
+        changed: list[Queue] = []
+        unchanged = gone = 0
+        for queue in queryset:
+            try:
+                if change(queue.name):
+                    changed.append(queue)
+                else:
+                    unchanged += 1
+            except QueueNotFound:
+                gone += 1
+        log_objects(request, changed, f"{verb} the queue.", CHANGE)
+        message = f"{verb} {plural(len(changed), 'queue')}."
+        if unchanged:
+            message += f" {unchanged} skipped: already {'paused' if paused else 'running'}."
+        if gone:
+            message += f" {gone} skipped: deleted meanwhile."
+        report(self, request, message, skipped=gone)
+
+    # -- dashboard ---------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        def dashboard(request: HttpRequest) -> HttpResponse:
+            # Imported here, so the admin loads even where the dashboard module does not.
+            from django_iq.dashboard import dashboard_view
+
+            return dashboard_view(request, admin_site=self.admin_site)
+
+        # Before the default routes, whose "<path:object_id>/" would take "dashboard/".
+        return [
+            path("dashboard/", self.admin_site.admin_view(dashboard), name="django_iq_dashboard"),
+            *super().get_urls(),
+        ]

@@ -1,0 +1,160 @@
+"""What every API view shares: session authentication, staff and permission checks, allowed
+methods, JSON bodies, and errors answered as ``{"error": "..."}`` with their HTTP status."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
+from django.middleware.csrf import get_token
+from django.utils.cache import add_never_cache_headers
+
+from django_iq.exceptions import IQError
+
+CANCEL_PERMISSION = "django_iq.cancel_entry"
+REQUEUE_PERMISSION = "django_iq.requeue_entryerror"
+PAUSE_PERMISSION = "django_iq.pause_queue"
+# Most ids one POST may name, so that a request stays one bounded statement on every database.
+MAX_IDS = 1000
+# Ids are 64-bit: a larger number names nothing and some drivers refuse it.
+MAX_ID = 2**63 - 1
+
+View = Callable[..., HttpResponseBase]
+
+
+class ApiError(IQError):
+    """A refusal answered as ``{"error": message, **details}`` with HTTP ``status``."""
+
+    def __init__(self, status: int, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.details = details
+
+    def response(self) -> JsonResponse:
+        return JsonResponse({"error": self.message, **self.details}, status=self.status)
+
+
+class InvalidParameter(ApiError, ValueError):
+    """A query parameter or body field with a value the API cannot use (HTTP 400)."""
+
+    def __init__(self, name: str, value: Any, expected: str) -> None:
+        super().__init__(
+            400,
+            f"Invalid value {value!r} for {name!r}: expected {expected}.",
+            parameter=name,
+            value=value,
+            expected=expected,
+        )
+
+
+class Endpoint:
+    """A view refusing, in this order: anonymous users (401), users who are not active staff
+    (403), methods not in ``methods`` (405), and staff without the permission ``methods`` maps
+    the request's method to (403). Any ``ApiError`` raised by the view becomes its JSON answer.
+
+    Safe requests also make sure the ``csrftoken`` cookie is set, so that a client that logged
+    in can send the token with its POST and DELETE requests; CSRF protection stays on.
+    """
+
+    def __init__(self, view: View, methods: Mapping[str, str | None]) -> None:
+        functools.update_wrapper(self, view)
+        self.view = view
+        self.methods = dict(methods)
+        if "GET" in self.methods:
+            self.methods.setdefault("HEAD", self.methods["GET"])
+
+    def __call__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        try:
+            self.check(request)
+            response = self.view(request, *args, **kwargs)
+        except ApiError as exc:
+            response = exc.response()
+        if request.method in ("GET", "HEAD"):
+            get_token(request)
+        add_never_cache_headers(response)
+        return response
+
+    def check(self, request: HttpRequest) -> None:
+        """Raise the ``ApiError`` refusing ``request``, if any."""
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            raise ApiError(
+                401,
+                "Authentication required: log in as a staff user (the API uses Django's "
+                "session authentication).",
+            )
+        if not (user.is_active and user.is_staff):
+            raise ApiError(403, "The django_iq API is for staff users only.")
+        if request.method not in self.methods:
+            allowed = ", ".join(sorted(self.methods))
+            error = ApiError(405, f"Method {request.method} is not allowed here; use {allowed}.")
+            error.details["allowed"] = sorted(self.methods)
+            raise error
+        permission = self.methods[request.method]
+        if permission and not user.has_perm(permission):
+            raise ApiError(
+                403, f"{request.method} {request.path} needs the {permission} permission."
+            )
+
+
+def endpoint(**methods: str | None) -> Callable[[View], Endpoint]:
+    """Make ``view`` an ``Endpoint`` answering ``methods``: ``GET=None`` (staff only) or
+    ``POST="django_iq.pause_queue"`` (staff with that permission)."""
+    wanted = {method.upper(): permission for method, permission in methods.items()}
+
+    def decorate(view: View) -> Endpoint:
+        return Endpoint(view, wanted)
+
+    return decorate
+
+
+def read_json_object(request: HttpRequest, example: str) -> dict[str, Any]:
+    """Return the request's JSON body, which must be an object; raise ``ApiError`` (400)
+    saying what was sent and showing ``example`` otherwise."""
+    content_type = request.content_type or ""
+    if content_type != "application/json":
+        raise ApiError(
+            400,
+            f"Send a JSON body with Content-Type: application/json (got {content_type or 'none'!r}), "
+            f"for example {example}.",
+        )
+    try:
+        body = json.loads(request.body or b"null")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(
+            400, f"The body is not valid JSON ({exc}); send for example {example}."
+        ) from exc
+    if not isinstance(body, dict):
+        raise ApiError(
+            400, f"The body must be a JSON object, got {type(body).__name__}: send {example}."
+        )
+    return body
+
+
+def read_ids(value: Any, name: str = "ids") -> list[int]:
+    """Return ``value`` as a list of distinct ids (order kept), from 1 to MAX_IDS of them;
+    raise ``InvalidParameter`` or ``ApiError`` (400) otherwise."""
+    if not isinstance(value, list) or not value:
+        raise InvalidParameter(name, value, f"a non-empty list of at most {MAX_IDS} ids")
+    if len(value) > MAX_IDS:
+        raise ApiError(400, f"{name!r} has {len(value)} ids; send at most {MAX_IDS} per request.")
+    for index, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_ID:
+            raise InvalidParameter(f"{name}[{index}]", item, "a positive integer id")
+    return list(dict.fromkeys(value))
+
+
+def refuse_unknown_keys(body: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    """Raise ``ApiError`` (400) naming the keys of ``body`` not in ``allowed``."""
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ApiError(
+            400,
+            f"Unknown field(s) {', '.join(map(repr, unknown))} in the body; "
+            f"accepted: {', '.join(allowed)}.",
+        )

@@ -1,0 +1,280 @@
+"""The OpenAPI 3.1 document of the API, generated from one description: the operations below,
+the schemas of ``schemas.py`` and the query parameters declared in ``filters.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.urls import reverse
+
+from django_iq import __version__
+from django_iq.api.endpoint import CANCEL_PERMISSION, PAUSE_PERMISSION, REQUEUE_PERMISSION
+from django_iq.api.filters import ENTRY_FILTERS, ERROR_FILTERS, Param
+from django_iq.api.pagination import FORMAT, NDJSON_CONTENT_TYPE, PAGE_PARAMS
+from django_iq.api.schemas import SCHEMAS, ref
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One method of one path (relative to the API's root) and what it answers."""
+
+    path: str
+    method: str
+    operation_id: str
+    summary: str
+    responses: dict[int, tuple[str, str]]  # status -> (description, schema name)
+    description: str = ""
+    parameters: tuple[Param, ...] = ()
+    path_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    permission: str | None = None
+    request_body: dict[str, Any] | None = None
+    ndjson_schema: str | None = None
+
+
+ENTRY_ID = {"entry_id": {"type": "integer", "minimum": 1}}
+QUEUE_NAME = {"name": {"type": "string"}}
+NOT_FOUND_ENTRY = ("No entry with this id: finished, failed for good or cancelled.", "Error")
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "/entries/",
+        "get",
+        "listEntries",
+        "List entries",
+        {200: ("A page of entries by id, or every one as NDJSON.", "EntryPage")},
+        "Entries matching every filter given, ordered by id. Follow next until it is null; "
+        "or ask format=ndjson for all of them in one streamed response.",
+        parameters=(*ENTRY_FILTERS, *PAGE_PARAMS, FORMAT),
+        ndjson_schema="Entry",
+    ),
+    Operation(
+        "/entries/count/",
+        "get",
+        "countEntries",
+        "Count entries",
+        {200: ("How many entries match.", "Count")},
+        "An exact count of the entries matching the same filters as the listing.",
+        parameters=ENTRY_FILTERS,
+    ),
+    Operation(
+        "/entries/{entry_id}/",
+        "get",
+        "getEntry",
+        "Inspect an entry",
+        {
+            200: ("The entry, its group lock and its failed attempts.", "EntryDetail"),
+            404: NOT_FOUND_ENTRY,
+        },
+        path_parameters=ENTRY_ID,
+    ),
+    Operation(
+        "/entries/{entry_id}/",
+        "delete",
+        "cancelEntry",
+        "Cancel an entry",
+        {
+            200: ("Cancelled.", "CancelResult"),
+            404: NOT_FOUND_ENTRY,
+            409: ("Refused: a worker is computing it (its group lock is held).", "CancelRefused"),
+        },
+        "Deletes the entry unless its group lock is held, and records who did it in Django's "
+        "admin log.",
+        path_parameters=ENTRY_ID,
+        permission=CANCEL_PERMISSION,
+    ),
+    Operation(
+        "/entries/cancel/",
+        "post",
+        "cancelEntries",
+        "Cancel entries",
+        {200: ("What became of each id.", "CancelResult")},
+        "Deletes the entries named, except those a worker is computing (skipped), and records "
+        "who did it in Django's admin log, one log entry per entry.",
+        permission=CANCEL_PERMISSION,
+        request_body=ref("Ids"),
+    ),
+    Operation(
+        "/errors/",
+        "get",
+        "listErrors",
+        "List failed attempts",
+        {
+            200: (
+                "A page of error records by id (no tracebacks), or every one as NDJSON.",
+                "ErrorPage",
+            )
+        },
+        "Error records matching every filter given, ordered by id. final=true&requeued=false "
+        "lists the entries shown as failed.",
+        parameters=(*ERROR_FILTERS, *PAGE_PARAMS, FORMAT),
+        ndjson_schema="ErrorRecord",
+    ),
+    Operation(
+        "/errors/{error_id}/",
+        "get",
+        "getError",
+        "Inspect a failed attempt",
+        {
+            200: ("The error record with its traceback.", "ErrorRecordDetail"),
+            404: ("No error record with this id.", "Error"),
+        },
+        path_parameters={"error_id": {"type": "integer", "minimum": 1}},
+    ),
+    Operation(
+        "/errors/requeue/",
+        "post",
+        "requeueErrors",
+        "Requeue failed entries",
+        {200: ("How many were requeued.", "RequeuedByIds|RequeuedMatching")},
+        "Enqueues a fresh entry for each final failure not yet requeued: those named by error "
+        "record ids, or every one matching job, exception_class and/or queue (one at least).",
+        permission=REQUEUE_PERMISSION,
+        request_body={"oneOf": [ref("Ids"), ref("RequeueMatching")]},
+    ),
+    Operation(
+        "/queues/",
+        "get",
+        "listQueues",
+        "Queue statistics",
+        {200: ("Every queue by name.", "QueueList")},
+        "Counts per state, stored and inferred, read in one statement so that the invariant "
+        "can be checked, and the oldest entry awaiting compute.",
+    ),
+    Operation(
+        "/queues/{name}/pause/",
+        "post",
+        "pauseQueue",
+        "Pause a queue",
+        {200: ("Paused.", "QueueChange"), 404: ("No queue of this name.", "Error")},
+        "Workers stop claiming its entries; running ones finish.",
+        path_parameters=QUEUE_NAME,
+        permission=PAUSE_PERMISSION,
+    ),
+    Operation(
+        "/queues/{name}/resume/",
+        "post",
+        "resumeQueue",
+        "Resume a queue",
+        {200: ("Served again.", "QueueChange"), 404: ("No queue of this name.", "Error")},
+        path_parameters=QUEUE_NAME,
+        permission=PAUSE_PERMISSION,
+    ),
+    Operation(
+        "/openapi.json",
+        "get",
+        "getOpenAPI",
+        "This document",
+        {200: ("The OpenAPI 3.1 document of the API.", "OpenAPI")},
+    ),
+)
+
+
+def _schema(names: str) -> dict[str, Any]:
+    refs = [ref(name) for name in names.split("|")]
+    return refs[0] if len(refs) == 1 else {"oneOf": refs}
+
+
+def _parameter(param: Param) -> dict[str, Any]:
+    return {
+        "name": param.name,
+        "in": "query",
+        "required": False,
+        "description": f"{param.description} Expects {param.expected}.",
+        "schema": param.schema,
+    }
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    responses: dict[str, Any] = {}
+    for status, (description, names) in sorted(op.responses.items()):
+        content: dict[str, Any] = {"application/json": {"schema": _schema(names)}}
+        if status == 200 and op.ndjson_schema:
+            content[NDJSON_CONTENT_TYPE] = {
+                "schema": ref(op.ndjson_schema),
+                "description": "One such JSON object per line (format=ndjson).",
+            }
+        responses[str(status)] = {"description": description, "content": content}
+    refusals = {
+        "400": "Bad or unknown parameters, or a bad body: the message names the parameter, "
+        "the value and what is expected.",
+        "401": "Not logged in.",
+        "403": "Not active staff"
+        + (f", or without the {op.permission} permission" if op.permission else "")
+        + (", or the CSRF token is missing or wrong." if op.method != "get" else "."),
+        "405": "Method not allowed here.",
+    }
+    for code, description in refusals.items():
+        responses[code] = {
+            "description": description,
+            "content": {"application/json": {"schema": ref("Error")}},
+        }
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": schema}
+        for name, schema in op.path_parameters.items()
+    ] + [_parameter(param) for param in op.parameters]
+    security: list[dict[str, list[str]]] = [{"session": []}]
+    if op.method != "get":
+        security = [{"session": [], "csrf": []}]
+    permission = f" Needs the {op.permission} permission." if op.permission else ""
+    operation: dict[str, Any] = {
+        "operationId": op.operation_id,
+        "summary": op.summary,
+        "description": f"{op.description} Staff only.{permission}".strip(),
+        "parameters": parameters,
+        "responses": responses,
+        "security": security,
+    }
+    if op.permission:
+        operation["x-permission"] = op.permission
+    if op.request_body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": op.request_body}},
+        }
+    return operation
+
+
+def document(request: HttpRequest | None = None) -> dict[str, Any]:
+    """Return the OpenAPI 3.1 document, with the server URL where the API is routed: absolute,
+    from the request for the document when given, else from the ``django_iq:api`` namespace."""
+    if request is not None:  # served: the document sits at the API's root
+        root = request.path.removesuffix("openapi.json").rstrip("/")
+    else:
+        root = reverse("django_iq:api:openapi").removesuffix("openapi.json").rstrip("/")
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        paths.setdefault(op.path, {})[op.method] = _operation(op)
+    csrf_header = settings.CSRF_HEADER_NAME.removeprefix("HTTP_").replace("_", "-")
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "django_iq management API",
+            "version": __version__,
+            "description": "Inspect, count and cancel entries, requeue failures, read queue "
+            'statistics and pause or resume queues. JSON; errors are {"error": "..."}. '
+            "Staff users authenticate with Django's session; POST and DELETE also need the "
+            "CSRF token (any GET of the API sets the csrftoken cookie).",
+        },
+        "servers": [{"url": request.build_absolute_uri(root) if request else root}],
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "session": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": settings.SESSION_COOKIE_NAME,
+                    "description": "Django's session cookie of a staff user.",
+                },
+                "csrf": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": csrf_header,
+                    "description": "The value of the CSRF cookie.",
+                },
+            },
+        },
+    }

@@ -1,0 +1,205 @@
+"""The JSON Schemas (2020-12, as OpenAPI 3.1 uses) of everything the API answers and accepts:
+each object closed, so that a field added to a serializer must be described here too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_iq.api.endpoint import MAX_IDS
+from django_iq.api.filters import ENTRY_STATES
+from django_iq.models import EntryState
+
+NULLABLE_STRING = {"type": ["string", "null"]}
+DATE_TIME = {"type": "string", "format": "date-time"}
+NULLABLE_DATE_TIME = {"type": ["string", "null"], "format": "date-time"}
+ID = {"type": "integer", "minimum": 1}
+IDS = {"type": "array", "items": ID}
+
+
+def closed_object(properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A closed object schema: every property required except ``optional``, no others."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name in properties if name not in optional],
+        "additionalProperties": False,
+    }
+
+
+def ref(name: str) -> dict[str, str]:
+    """A reference to the schema ``name`` of this module's SCHEMAS."""
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+ENTRY = {
+    "id": ID,
+    "queue": {"type": "string"},
+    "job": {"type": "string", "description": "The registered name of the job."},
+    "args": {"type": "array", "description": "Positional arguments of the call."},
+    "kwargs": {"type": "object", "description": "Keyword arguments of the call."},
+    "priority": {"type": "integer", "minimum": -100, "maximum": 100},
+    "state": {"type": "string", "enum": list(EntryState.values), "description": "Stored state."},
+    "inferred_state": {
+        "type": "string",
+        "enum": list(ENTRY_STATES),
+        "description": "The stored state, except that a pending entry is computing while its "
+        "group lock is held and awaiting_compute otherwise.",
+    },
+    "attempts": {"type": "integer", "minimum": 0, "description": "Attempts that failed."},
+    "max_attempts": {"type": "integer", "minimum": 1},
+    "run_at": DATE_TIME,
+    "enqueued_at": DATE_TIME,
+    "group_key": NULLABLE_STRING,
+}
+ERROR_RECORD = {
+    "id": ID,
+    "entry_id": {**ID, "description": "The entry that failed (gone once it failed for good)."},
+    "queue": {"type": "string"},
+    "job": {"type": "string"},
+    "args": {"type": "array"},
+    "kwargs": {"type": "object"},
+    "priority": {"type": "integer", "minimum": -100, "maximum": 100},
+    "group_key": NULLABLE_STRING,
+    "attempt": {"type": "integer", "minimum": 1},
+    "max_attempts": {"type": "integer", "minimum": 1},
+    "exception_class": {"type": "string", "description": "Dotted path of the exception class."},
+    "message": {"type": "string"},
+    "worker": {"type": "string", "description": "Name of the worker that ran the attempt."},
+    "enqueued_at": DATE_TIME,
+    "failed_at": DATE_TIME,
+    "final": {"type": "boolean", "description": "The last attempt: the entry left the queue."},
+    "requeued_at": NULLABLE_DATE_TIME,
+}
+TRACEBACK = {"traceback": {"type": "string"}}
+COUNTS = ("initial", "pending", "disabled", "computing", "awaiting_compute", "failed")
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Error": closed_object(
+        {
+            "error": {"type": "string", "description": "What was wrong and how to fix it."},
+            "parameter": {"type": "string", "description": "The parameter or field at fault."},
+            "value": {"description": "The value received."},
+            "expected": {"type": "string", "description": "What the parameter accepts."},
+            "allowed": {"type": "array", "items": {"type": "string"}},
+        },
+        optional=("parameter", "value", "expected", "allowed"),
+    ),
+    "Entry": closed_object(ENTRY),
+    "EntryDetail": closed_object(
+        {
+            **ENTRY,
+            "lock_key": {"type": "string", "description": "Key of the group lock covering it."},
+            "lock": {"oneOf": [ref("Lock"), {"type": "null"}]},
+            "cron_job_id": {"type": ["integer", "null"]},
+            "result_id": {**NULLABLE_STRING, "description": "Its Django Tasks result id."},
+            "errors": {
+                "type": "array",
+                "items": ref("ErrorRecordDetail"),
+                "description": "Its failed attempts, oldest first.",
+            },
+        }
+    ),
+    "Lock": closed_object(
+        {
+            "id": ID,
+            "key": {"type": "string"},
+            "locked_at": DATE_TIME,
+            "worker": NULLABLE_STRING,
+            "running_entry_id": {
+                "type": ["integer", "null"],
+                "description": "The entry of the claim being run (a sibling for a group).",
+            },
+        }
+    ),
+    "EntryPage": closed_object(
+        {
+            "results": {"type": "array", "items": ref("Entry")},
+            "next": {"type": ["string", "null"], "format": "uri"},
+        }
+    ),
+    "Count": closed_object(
+        {
+            "count": {"type": "integer", "minimum": 0},
+            "estimated": {"type": "boolean", "description": "Always false: counts are exact."},
+        }
+    ),
+    "Ids": closed_object({"ids": {**IDS, "minItems": 1, "maxItems": MAX_IDS}}),
+    "CancelResult": closed_object(
+        {
+            "cancelled": {**IDS, "description": "Entries deleted."},
+            "skipped": {**IDS, "description": "Entries refused: a worker is computing them."},
+            "not_found": {**IDS, "description": "Ids that matched no entry."},
+        }
+    ),
+    "CancelRefused": closed_object(
+        {
+            "error": {"type": "string"},
+            "cancelled": IDS,
+            "skipped": IDS,
+            "not_found": IDS,
+        }
+    ),
+    "ErrorRecord": closed_object(ERROR_RECORD),
+    "ErrorRecordDetail": closed_object({**ERROR_RECORD, **TRACEBACK}),
+    "ErrorPage": closed_object(
+        {
+            "results": {"type": "array", "items": ref("ErrorRecord")},
+            "next": {"type": ["string", "null"], "format": "uri"},
+        }
+    ),
+    "RequeueMatching": {
+        **closed_object(
+            {
+                key: {"type": "string", "minLength": 1}
+                for key in ("job", "exception_class", "queue")
+            },
+            optional=("job", "exception_class", "queue"),
+        ),
+        "minProperties": 1,
+    },
+    "RequeuedByIds": closed_object(
+        {
+            "requeued": {"type": "integer", "minimum": 0},
+            "entry_ids": {**IDS, "description": "The new entries."},
+            "skipped": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Records found but not final failures still to requeue.",
+            },
+            "not_found": IDS,
+        }
+    ),
+    "RequeuedMatching": closed_object(
+        {
+            "requeued": {"type": "integer", "minimum": 0},
+            "matching": {"type": "object", "additionalProperties": {"type": "string"}},
+        }
+    ),
+    "Queue": closed_object(
+        {
+            "name": {"type": "string"},
+            "weight": {"type": "integer", "minimum": 1},
+            "max_concurrency": {"type": ["integer", "null"], "minimum": 1},
+            "is_paused": {"type": "boolean"},
+            "counts": closed_object({name: {"type": "integer", "minimum": 0} for name in COUNTS}),
+            "invariant_holds": {
+                "type": "boolean",
+                "description": "pending == computing + awaiting_compute, read in one statement.",
+            },
+            "oldest_waiting_enqueued_at": {
+                **NULLABLE_DATE_TIME,
+                "description": "Enqueue time of the oldest entry awaiting compute.",
+            },
+            "oldest_waiting_seconds": {"type": ["number", "null"], "minimum": 0},
+        }
+    ),
+    "QueueList": closed_object({"queues": {"type": "array", "items": ref("Queue")}}),
+    "QueueChange": closed_object(
+        {
+            "queue": {"type": "string"},
+            "is_paused": {"type": "boolean"},
+            "changed": {"type": "boolean", "description": "False if it already was."},
+        }
+    ),
+    "OpenAPI": {"type": "object", "description": "This document."},
+}

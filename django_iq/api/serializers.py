@@ -1,0 +1,117 @@
+"""Plain functions turning entries, error records, locks and queue statistics into the JSON
+objects the API answers with (their shapes are described in ``openapi.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django_iq.managers import QueueStats
+from django_iq.models import Entry, EntryError, GroupLock, Queue
+
+
+def inferred_state(entry: Entry, is_locked: bool) -> str:
+    """The state an operator sees: a pending entry is ``computing`` while its group lock is
+    held and ``awaiting_compute`` otherwise; other states are the stored ones."""
+    if entry.state != "pending":
+        return entry.state
+    return "computing" if is_locked else "awaiting_compute"
+
+
+def entry_summary(entry: Entry) -> dict[str, Any]:
+    """An entry as listed; ``entry`` must carry the ``is_locked`` annotation."""
+    is_locked = bool(getattr(entry, "is_locked", False))
+    return {
+        "id": entry.pk,
+        "queue": entry.queue_id,
+        "job": entry.job_name,
+        "args": entry.args,
+        "kwargs": entry.kwargs,
+        "priority": entry.priority,
+        "state": entry.state,
+        "inferred_state": inferred_state(entry, is_locked),
+        "attempts": entry.attempts,
+        "max_attempts": entry.max_attempts,
+        "run_at": entry.run_at,
+        "enqueued_at": entry.enqueued_at,
+        "group_key": entry.group_key,
+    }
+
+
+def lock_dict(lock: GroupLock) -> dict[str, Any]:
+    return {
+        "id": lock.pk,
+        "key": lock.key,
+        "locked_at": lock.locked_at,
+        "worker": lock.worker.name if lock.worker is not None else None,
+        # The entry of the claim a worker is running now (a sibling, for grouped entries).
+        "running_entry_id": lock.entry_id,
+    }
+
+
+def entry_detail(
+    entry: Entry, lock: GroupLock | None, errors: Iterable[EntryError]
+) -> dict[str, Any]:
+    """Everything about one entry: its summary, its lock (if held) and its failed attempts."""
+    return {
+        **entry_summary(entry),
+        "inferred_state": inferred_state(entry, lock is not None),
+        "lock_key": entry.lock_key,
+        "lock": lock_dict(lock) if lock is not None else None,
+        "cron_job_id": entry.cron_job_id,
+        "result_id": entry.result_id,
+        "errors": [error_dict(error, with_traceback=True) for error in errors],
+    }
+
+
+def error_dict(error: EntryError, *, with_traceback: bool = False) -> dict[str, Any]:
+    """A failed attempt; the traceback only when asked, since it can be long."""
+    data: dict[str, Any] = {
+        "id": error.pk,
+        "entry_id": error.entry_id,
+        "queue": error.queue_id,
+        "job": error.job_name,
+        "args": error.args,
+        "kwargs": error.kwargs,
+        "priority": error.priority,
+        "group_key": error.group_key,
+        "attempt": error.attempt,
+        "max_attempts": error.max_attempts,
+        "exception_class": error.exception_class,
+        "message": error.message,
+        "worker": error.worker_name,
+        "enqueued_at": error.enqueued_at,
+        "failed_at": error.failed_at,
+        "final": error.is_final,
+        "requeued_at": error.requeued_at,
+    }
+    if with_traceback:
+        data["traceback"] = error.traceback
+    return data
+
+
+def queue_dict(
+    queue: Queue, stats: QueueStats | None, oldest_waiting: datetime | None, now: datetime
+) -> dict[str, Any]:
+    """A queue, its counts per state (stored and inferred) and its oldest waiting entry."""
+    counts = {
+        "initial": stats.initial if stats else 0,
+        "pending": stats.pending if stats else 0,
+        "disabled": stats.disabled if stats else 0,
+        "computing": stats.computing if stats else 0,
+        "awaiting_compute": stats.awaiting_compute if stats else 0,
+        "failed": stats.failed if stats else 0,
+    }
+    return {
+        "name": queue.name,
+        "weight": queue.weight,
+        "max_concurrency": queue.max_concurrency,
+        "is_paused": queue.is_paused,
+        "counts": counts,
+        "invariant_holds": stats.invariant_holds if stats else True,
+        "oldest_waiting_enqueued_at": oldest_waiting,
+        "oldest_waiting_seconds": (
+            max(0.0, (now - oldest_waiting).total_seconds()) if oldest_waiting else None
+        ),
+    }

@@ -1,0 +1,314 @@
+"""The API's views: each reads its input, calls the manager API (the only writer of state),
+records who changed what in Django's admin log, and answers JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from django.apps import apps
+from django.db import transaction
+from django.db.models import Exists, Model, OuterRef, QuerySet
+from django.http import HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
+from django.urls import Resolver404, resolve, reverse
+from django.utils import timezone
+
+from django_iq.api import openapi
+from django_iq.api.endpoint import (
+    CANCEL_PERMISSION,
+    PAUSE_PERMISSION,
+    REQUEUE_PERMISSION,
+    ApiError,
+    Endpoint,
+    InvalidParameter,
+    endpoint,
+    read_ids,
+    read_json_object,
+    refuse_unknown_keys,
+)
+from django_iq.api.filters import ENTRY_FILTERS, ERROR_FILTERS, Param, apply_filters, parse_query
+from django_iq.api.pagination import (
+    CURSOR,
+    DEFAULT_LIMIT,
+    FORMAT,
+    LIMIT,
+    paginate,
+    stream_ndjson,
+)
+from django_iq.api.serializers import entry_detail, entry_summary, error_dict, queue_dict
+from django_iq.exceptions import QueueNotFound
+from django_iq.models import Entry, EntryError, GroupLock, Queue
+
+REQUEUE_FILTER_KEYS = ("job", "exception_class", "queue")
+Action = Literal["addition", "change", "deletion"]
+
+
+def _user_id(request: HttpRequest) -> int | str:
+    user_id = request.user.pk
+    if user_id is None:  # Endpoint refuses anonymous users before any view runs.
+        raise ApiError(401, "Authentication required.")
+    return user_id
+
+
+def _log(request: HttpRequest, objects: Sequence[Model], action: Action, message: str) -> None:
+    """Record in Django's admin log that the request's user did ``action`` to each object (when
+    the admin is installed: its LogEntry model is the log)."""
+    if not objects or not apps.is_installed("django.contrib.admin"):
+        return
+    from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+
+    flag = {"addition": ADDITION, "change": CHANGE, "deletion": DELETION}[action]
+    LogEntry.objects.log_actions(
+        user_id=_user_id(request), queryset=objects, action_flag=flag, change_message=message
+    )
+
+
+def _listing(
+    request: HttpRequest,
+    rows: QuerySet[Any],
+    filters: Sequence[Param],
+    serialize: Callable[[Any], dict[str, Any]],
+) -> HttpResponseBase:
+    """Answer one page of ``rows`` filtered by the query, or all of them as NDJSON."""
+    values = parse_query(request.GET, (*filters, CURSOR, LIMIT, FORMAT))
+    rows = apply_filters(rows, filters, values)
+    if values.get("format") == "ndjson":
+        for param in (CURSOR, LIMIT):
+            if param.name in values:
+                raise InvalidParameter(
+                    param.name,
+                    request.GET[param.name],
+                    "nothing: format=ndjson streams every matching row, so leave it out",
+                )
+        return stream_ndjson(rows, serialize)
+    page = paginate(request, rows, values.get("cursor"), values.get("limit", DEFAULT_LIMIT))
+    return JsonResponse({"results": [serialize(row) for row in page.rows], "next": page.next_url})
+
+
+def _entries() -> QuerySet[Entry]:
+    """Every entry, annotated with ``is_locked``: whether its group lock is held."""
+    return Entry.objects.annotate(
+        is_locked=Exists(GroupLock.objects.filter(key=OuterRef("lock_key")))
+    )
+
+
+@endpoint(GET=None)
+def entry_list(request: HttpRequest) -> HttpResponseBase:
+    """List entries matching the filters, by id, a page at a time or streamed as NDJSON."""
+    return _listing(request, _entries(), ENTRY_FILTERS, entry_summary)
+
+
+@endpoint(GET=None)
+def entry_count(request: HttpRequest) -> HttpResponseBase:
+    """Count the entries matching the filters (an exact count)."""
+    values = parse_query(request.GET, ENTRY_FILTERS)
+    count = apply_filters(Entry.objects.all(), ENTRY_FILTERS, values).count()
+    return JsonResponse({"count": count, "estimated": False})
+
+
+@endpoint(GET=None, DELETE=CANCEL_PERMISSION)
+def entry(request: HttpRequest, entry_id: int) -> HttpResponseBase:
+    """GET: inspect one entry, its lock and its failed attempts. DELETE: cancel it."""
+    parse_query(request.GET, ())
+    if request.method == "DELETE":
+        return _cancel(request, [entry_id], single=True)
+    found = Entry.objects.filter(pk=entry_id).first()
+    if found is None:
+        raise _entry_not_found(request, entry_id)
+    lock = GroupLock.objects.select_related("worker").filter(key=found.lock_key).first()
+    errors = EntryError.objects.filter(entry_id=found.pk).order_by("attempt", "pk")
+    return JsonResponse(entry_detail(found, lock, errors))
+
+
+def _url(request: HttpRequest, name: str) -> str:
+    """Reverse a route of the API under whatever namespace the project included it."""
+    match = request.resolver_match
+    return reverse(f"{match.namespace}:{name}" if match and match.namespace else name)
+
+
+def _entry_not_found(request: HttpRequest, entry_id: int) -> ApiError:
+    errors_url = _url(request, "error-list")
+    return ApiError(
+        404,
+        f"Entry {entry_id} does not exist: it finished, failed for good or was cancelled. Its "
+        f"failed attempts, if any, are at {errors_url}?entry_id={entry_id}.",
+    )
+
+
+@endpoint(POST=CANCEL_PERMISSION)
+def entry_cancel(request: HttpRequest) -> HttpResponseBase:
+    """Cancel the entries of ``{"ids": [...]}``, except those a worker is computing."""
+    parse_query(request.GET, ())
+    body = read_json_object(request, '{"ids": [1, 2, 3]}')
+    refuse_unknown_keys(body, ("ids",))
+    return _cancel(request, read_ids(body.get("ids")), single=False)
+
+
+def _cancel(request: HttpRequest, ids: list[int], *, single: bool) -> HttpResponseBase:
+    with transaction.atomic():
+        cancelled, skipped = Entry.objects.cancel_returning(ids)
+        _log(request, cancelled, "deletion", "Cancelled through the django_iq API.")
+    done = {entry.pk for entry in cancelled}
+    result = {
+        "cancelled": sorted(done),
+        "skipped": skipped,
+        "not_found": [pk for pk in ids if pk not in done and pk not in skipped],
+    }
+    if single and skipped:
+        raise ApiError(
+            409,
+            f"Entry {ids[0]} was not cancelled: its group lock is held, so a worker is "
+            "computing it. Try again once it is done.",
+            **result,
+        )
+    if single and not cancelled:
+        raise _entry_not_found(request, ids[0])
+    return JsonResponse(result)
+
+
+@endpoint(GET=None)
+def error_list(request: HttpRequest) -> HttpResponseBase:
+    """List failed attempts matching the filters, by id (tracebacks left out)."""
+    return _listing(request, EntryError.objects.all(), ERROR_FILTERS, error_dict)
+
+
+@endpoint(GET=None)
+def error(request: HttpRequest, error_id: int) -> HttpResponseBase:
+    """Inspect one failed attempt, traceback included."""
+    parse_query(request.GET, ())
+    found = EntryError.objects.filter(pk=error_id).first()
+    if found is None:
+        raise ApiError(404, f"Error record {error_id} does not exist (pruned, or never was).")
+    return JsonResponse(error_dict(found, with_traceback=True))
+
+
+@endpoint(POST=REQUEUE_PERMISSION)
+def error_requeue(request: HttpRequest) -> HttpResponseBase:
+    """Requeue failed entries: those of ``{"ids": [...]}`` (error record ids), or every one
+    matching ``{"job": ..., "exception_class": ..., "queue": ...}`` (one key at least)."""
+    parse_query(request.GET, ())
+    example = '{"ids": [1, 2]} or {"job": "shop.jobs.send_receipt"}'
+    body = read_json_object(request, example)
+    refuse_unknown_keys(body, ("ids", *REQUEUE_FILTER_KEYS))
+    if "ids" in body:
+        if any(key in body for key in REQUEUE_FILTER_KEYS):
+            raise ApiError(400, f"Give either ids or filters, not both: {example}.")
+        ids = read_ids(body["ids"])
+        found = set(EntryError.objects.filter(pk__in=ids).values_list("pk", flat=True))
+        with transaction.atomic():
+            # requeue() reads only the ids and locks the rows itself.
+            created = EntryError.objects.requeue([EntryError(pk=pk) for pk in sorted(found)])
+            _log(request, created, "addition", "Requeued through the django_iq API.")
+        return JsonResponse(
+            {
+                "requeued": len(created),
+                "entry_ids": [entry.pk for entry in created],
+                # Found, but not a final failure still to requeue.
+                "skipped": len(found) - len(created),
+                "not_found": [pk for pk in ids if pk not in found],
+            }
+        )
+    matching = {key: body.get(key) for key in REQUEUE_FILTER_KEYS if body.get(key) is not None}
+    if not matching:
+        raise ApiError(
+            400,
+            "Say which failed entries to requeue: ids, or at least one of "
+            f"{', '.join(REQUEUE_FILTER_KEYS)}: {example}.",
+        )
+    for key, value in matching.items():
+        if not isinstance(value, str) or not value:
+            raise InvalidParameter(key, value, "a non-empty string")
+    requeued = EntryError.objects.requeue_matching(
+        job_name=matching.get("job"),
+        exception_class=matching.get("exception_class"),
+        queue=matching.get("queue"),
+    )
+    if requeued and apps.is_installed("django.contrib.admin"):
+        _log_matching(request, matching, requeued)
+    return JsonResponse({"requeued": requeued, "matching": matching})
+
+
+def _log_matching(request: HttpRequest, matching: dict[str, Any], count: int) -> None:
+    """One admin log entry for a requeue by filters: it names the filters, not each record."""
+    from django.contrib.admin.models import CHANGE, LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    described = " ".join(f"{key}={value}" for key, value in matching.items())
+    LogEntry.objects.create(
+        user_id=_user_id(request),
+        content_type=ContentType.objects.get_for_model(EntryError),
+        object_id=None,
+        object_repr=f"failed entries matching {described}"[:200],
+        action_flag=CHANGE,
+        change_message=f"Requeued {count} failed entries through the django_iq API.",
+    )
+
+
+@endpoint(GET=None)
+def queue_list(request: HttpRequest) -> HttpResponseBase:
+    """Every queue with its counts per state, whether the state invariant holds, and its
+    oldest entry awaiting compute."""
+    parse_query(request.GET, ())
+    now = timezone.now()
+    stats = {row.queue: row for row in Queue.objects.stats()}
+    oldest = Entry.objects.oldest_waiting()
+    return JsonResponse(
+        {
+            "queues": [
+                queue_dict(queue, stats.get(queue.name), oldest.get(queue.name), now)
+                for queue in Queue.objects.order_by("name")
+            ]
+        }
+    )
+
+
+@endpoint(POST=PAUSE_PERMISSION)
+def queue_pause(request: HttpRequest, name: str) -> HttpResponseBase:
+    """Stop serving a queue; entries already running finish."""
+    return _set_paused(request, name, paused=True)
+
+
+@endpoint(POST=PAUSE_PERMISSION)
+def queue_resume(request: HttpRequest, name: str) -> HttpResponseBase:
+    """Serve a paused queue again."""
+    return _set_paused(request, name, paused=False)
+
+
+def _set_paused(request: HttpRequest, name: str, *, paused: bool) -> HttpResponseBase:
+    parse_query(request.GET, ())
+    with transaction.atomic():
+        try:
+            changed = Queue.objects.pause(name) if paused else Queue.objects.resume(name)
+        except QueueNotFound as exc:
+            raise ApiError(404, str(exc)) from None
+        if changed:
+            verb = "Paused" if paused else "Resumed"
+            queue = Queue.objects.get(name=name)
+            _log(request, [queue], "change", f"{verb} through the django_iq API.")
+    return JsonResponse({"queue": name, "is_paused": paused, "changed": bool(changed)})
+
+
+@endpoint(GET=None)
+def openapi_document(request: HttpRequest) -> HttpResponseBase:
+    """The OpenAPI 3.1 document of this API."""
+    parse_query(request.GET, ())
+    return JsonResponse(openapi.document(request))
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponseBase:
+    """Refuse a request that failed CSRF verification: JSON for the API's URLs, Django's own
+    page for every other URL. Opt in with ``CSRF_FAILURE_VIEW = "django_iq.api.views.csrf_failure"``."""
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        match = None
+    if match is None or not isinstance(match.func, Endpoint):
+        from django.views.csrf import csrf_failure as django_csrf_failure
+
+        return django_csrf_failure(request, reason)
+    return ApiError(
+        403,
+        f"CSRF verification failed ({reason}). Send the value of the csrftoken cookie (set by "
+        "any GET of this API) in the X-CSRFToken header, from a page of the same origin.",
+    ).response()

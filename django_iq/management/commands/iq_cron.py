@@ -1,0 +1,161 @@
+"""``manage.py iq_cron list | enable NAME... | disable NAME... | run-now NAME...``."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import logging
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.core.serializers.json import DjangoJSONEncoder
+
+from django_iq.conf import iq_settings
+from django_iq.models import CronJob, Entry
+from django_iq.status import format_time, plural, render_table
+
+logger = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = "List django_iq cron jobs, enable or disable them, or run them now."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        listing = actions.add_parser("list", help="List cron jobs, their schedule and next run.")
+        listing.add_argument("--json", action="store_true", help="Print a JSON document.")
+        for action, text in (
+            ("enable", "Enable cron jobs: the leader gives each its next entry."),
+            ("disable", "Disable cron jobs: their waiting entry is removed by the leader."),
+            ("run-now", "Make each cron job's waiting entry pending now."),
+        ):
+            sub = actions.add_parser(action, help=text)
+            sub.add_argument("names", nargs="+", metavar="NAME", help="Cron job names.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        if action == "list":
+            self._list(as_json=options["json"])
+            return
+        cron_jobs = _find(list(dict.fromkeys(options["names"])))
+        if action == "run-now":
+            self._run_now(cron_jobs, options["verbosity"])
+        else:
+            self._set_enabled(cron_jobs, action == "enable", options["verbosity"])
+
+    def _list(self, *, as_json: bool) -> None:
+        cron_jobs = list(CronJob.objects.order_by("name"))
+        entries: dict[int, str] = dict(
+            Entry.objects.filter(cron_job__isnull=False).values_list("cron_job_id", "state")
+        )
+        running = set(
+            Entry.objects.computing()
+            .filter(cron_job__isnull=False)
+            .values_list("cron_job_id", flat=True)
+        )
+        # initial (waiting for next_run_at), pending, running, disabled, or None.
+        entry_state = {c.pk: "running" if c.pk in running else entries.get(c.pk) for c in cron_jobs}
+        if as_json:
+            rows = [
+                {
+                    "name": c.name,
+                    "schedule": c.schedule,
+                    "timezone": c.timezone,
+                    "job": c.job_name,
+                    "queue": c.queue_id,
+                    "priority": c.priority,
+                    "is_enabled": c.is_enabled,
+                    "is_declared": c.is_declared,
+                    "entry_state": entry_state[c.pk],
+                    "next_run_at": c.next_run_at,
+                    "last_run_at": c.last_run_at,
+                }
+                for c in cron_jobs
+            ]
+            self.stdout.write(json.dumps({"cron_jobs": rows}, cls=DjangoJSONEncoder, indent=2))
+            return
+        if not cron_jobs:
+            self.stdout.write('No cron jobs. Declare them in DJANGO_IQ["CRON"] or in the admin.')
+            return
+        columns = [
+            "NAME",
+            "SCHEDULE",
+            "TIMEZONE",
+            "JOB",
+            "QUEUE",
+            "ENABLED",
+            "ENTRY",
+            "NEXT RUN",
+            "LAST RUN",
+        ]
+        table = [
+            [
+                c.name,
+                c.schedule,
+                c.timezone,
+                c.job_name,
+                c.queue_id,
+                "yes" if c.is_enabled else "no",
+                entry_state[c.pk] or "-",
+                format_time(c.next_run_at) if c.next_run_at else "-",
+                format_time(c.last_run_at) if c.last_run_at else "-",
+            ]
+            for c in cron_jobs
+        ]
+        self.stdout.write(render_table(columns, table))
+
+    def _set_enabled(self, cron_jobs: list[CronJob], enabled: bool, verbosity: int) -> None:
+        verb = "Enabled" if enabled else "Disabled"
+        targets = [c for c in cron_jobs if c.is_enabled != enabled]
+        changed = CronJob.objects.set_enabled([c.pk for c in targets], enabled)
+        for cron_job in targets:
+            logger.info("cron job %s name=%s source=iq_cron", verb.lower(), cron_job.name)
+        if not verbosity:
+            return
+        report = f"{verb} {plural(changed, 'cron job')}"
+        report += f": {', '.join(c.name for c in targets)}." if targets else "."
+        unchanged = [c.name for c in cron_jobs if c not in targets]
+        if unchanged:
+            report += f" Already {verb.lower()}: {', '.join(unchanged)}."
+        self.stdout.write(report)
+
+    def _run_now(self, cron_jobs: list[CronJob], verbosity: int) -> None:
+        disabled = [c.name for c in cron_jobs if not c.is_enabled]
+        if disabled:
+            raise CommandError(
+                f"Disabled cron {'job' if len(disabled) == 1 else 'jobs'} {', '.join(disabled)} "
+                f"cannot run; enable first: manage.py iq_cron enable {' '.join(disabled)}"
+            )
+        started = [c for c in cron_jobs if CronJob.objects.run_now(c)]
+        for cron_job in started:
+            logger.info("cron job run now name=%s source=iq_cron", cron_job.name)
+        if not verbosity:
+            return
+        report = f"{plural(len(started), 'cron job')} will run now"
+        report += f": {', '.join(c.name for c in started)}." if started else "."
+        skipped = [c.name for c in cron_jobs if c not in started]
+        if skipped:
+            report += f" Skipped, already pending or running: {', '.join(skipped)}."
+        self.stdout.write(report)
+
+
+def _find(names: list[str]) -> list[CronJob]:
+    """Return the cron jobs named, in order; raise CommandError naming any that is unknown."""
+    found = {c.name: c for c in CronJob.objects.filter(name__in=names)}
+    unknown = [name for name in names if name not in found]
+    if not unknown:
+        return [found[name] for name in names]
+    known = list(CronJob.objects.order_by("name").values_list("name", flat=True))
+    problems = []
+    for name in unknown:
+        if name in iq_settings.CRON:
+            problems.append(
+                f'{name!r} is declared in DJANGO_IQ["CRON"] but the leader has not created it '
+                "yet (is manage.py runleader running?)"
+            )
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"{name!r} is not a cron job{hint}")
+    raise CommandError(f"{'; '.join(problems)}. Cron jobs: {', '.join(known) or 'none'}.")

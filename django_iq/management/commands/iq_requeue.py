@@ -1,0 +1,146 @@
+"""``manage.py iq_requeue``: requeue failed entries by error record id or by filters."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_iq.models import EntryError
+from django_iq.status import plural, positive_int, unknown_queue_message
+
+logger = logging.getLogger(__name__)
+
+FILTERS = {"job": "--job", "exception": "--exception", "queue": "--queue"}
+# The EntryError field each filter matches, as EntryError.objects.requeue_matching does.
+FIELDS = {"job": "job_name", "exception": "exception_class", "queue": "queue_id"}
+
+
+def non_empty(value: str) -> str:
+    """A filter value (argparse ``type=``): an empty one would match every failed entry."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value.strip()
+
+
+def failed_entries(count: int) -> str:
+    """``"1 failed entry"``, ``"12 failed entries"``."""
+    return plural(count, "failed entry", "failed entries")
+
+
+class Command(BaseCommand):
+    help = (
+        "Requeue failed django_iq entries: a fresh pending entry for each final failure not yet "
+        "requeued, chosen by error record id, by job / exception / queue, or all of them."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--id",
+            dest="ids",
+            type=positive_int,
+            action="extend",
+            nargs="+",
+            metavar="N",
+            help="Error record ids, as the admin and the API show them (repeatable).",
+        )
+        parser.add_argument("--job", type=non_empty, help="Only failures of this job name.")
+        parser.add_argument(
+            "--exception",
+            type=non_empty,
+            help="Only failures with this exception class path, e.g. builtins.ValueError.",
+        )
+        parser.add_argument("--queue", type=non_empty, help="Only failures in this queue.")
+        parser.add_argument(
+            "--all-failed",
+            action="store_true",
+            help="Requeue every failed entry (needed when no --id or filter is given).",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Show how many would be requeued; change nothing.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        ids: list[int] | None = options["ids"]
+        filters = {key: options[key] for key in FILTERS if options[key] is not None}
+        given = ", ".join(FILTERS[key] for key in filters)
+        if ids and (filters or options["all_failed"]):
+            other = given or "--all-failed"
+            raise CommandError(f"Give either --id or {other}, not both.")
+        if options["all_failed"] and filters:
+            raise CommandError(
+                f"--all-failed requeues every failed entry and cannot be combined with {given}; "
+                "leave it out to requeue only the matching ones."
+            )
+        if not ids and not filters and not options["all_failed"]:
+            raise CommandError(
+                "Say which failed entries to requeue: --id N, one or more of --job, --exception "
+                "and --queue, or --all-failed to requeue every failed entry."
+            )
+        if "queue" in filters:
+            message = unknown_queue_message([filters["queue"]])
+            if message:
+                raise CommandError(message)
+        if ids:
+            self._requeue_ids(list(dict.fromkeys(ids)), options)
+        else:
+            self._requeue_matching(filters, options)
+
+    def _requeue_ids(self, ids: list[int], options: dict[str, Any]) -> None:
+        found = set(EntryError.objects.filter(pk__in=ids).values_list("pk", flat=True))
+        missing = [pk for pk in ids if pk not in found]
+        if missing:
+            raise CommandError(
+                f"No error record with id {', '.join(map(str, missing))}; nothing was requeued. "
+                "Ids are error record ids: the id column of the admin's failed entries or of "
+                "the API's /errors/ (pruned after ERROR_RETENTION_SECONDS)."
+            )
+        if options["dry_run"]:
+            count = EntryError.objects.failed().filter(pk__in=ids).count()
+            report = f"Would requeue {failed_entries(count)}."
+        else:
+            created = EntryError.objects.requeue(EntryError.objects.filter(pk__in=ids))
+            count = len(created)
+            logger.info(
+                "failed entries requeued count=%s error_ids=%s source=iq_requeue", count, ids
+            )
+            report = f"Requeued {failed_entries(count)}."
+            if created:
+                report += f" New entries: {', '.join(str(entry.pk) for entry in created)}."
+        if len(ids) > count:
+            report += f" {len(ids) - count} skipped: not a final failure, or already requeued."
+        if options["verbosity"]:
+            self.stdout.write(report)
+
+    def _requeue_matching(self, filters: dict[str, str], options: dict[str, Any]) -> None:
+        described = " ".join(f"{FILTERS[key]} {value}" for key, value in filters.items())
+        if options["dry_run"]:
+            lookups = {FIELDS[key]: value for key, value in filters.items()}
+            count = EntryError.objects.failed().filter(**lookups).count()
+            report = f"Would requeue {failed_entries(count)}."
+        else:
+            count = EntryError.objects.requeue_matching(
+                job_name=filters.get("job"),
+                exception_class=filters.get("exception"),
+                queue=filters.get("queue"),
+            )
+            logger.info(
+                "failed entries requeued count=%s filters=%s source=iq_requeue",
+                count,
+                described or "all",
+            )
+            report = f"Requeued {failed_entries(count)}."
+        if described:
+            report = report[:-1] + f" matching {described}."
+        exception = filters.get("exception", "")
+        if not count and exception and "." not in exception:
+            report += (
+                f" Exception classes are stored with their module: try --exception "
+                f"builtins.{exception} or myapp.errors.{exception}."
+            )
+        if options["verbosity"]:
+            self.stdout.write(report)

@@ -1,0 +1,117 @@
+"""``manage.py iq_status``: show queues, workers and the leader once, as JSON, or refreshed."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.core.serializers.json import DjangoJSONEncoder
+
+from django_iq.status import read_status, render_text, split_names, unknown_queue_message
+
+DEFAULT_WATCH_SECONDS = 2.0
+# Cursor home, then erase the screen: the next report is drawn in place.
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def watch_seconds(value: str) -> float:
+    """The ``--watch`` interval: a finite number of seconds above zero (argparse ``type=``)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}")
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than zero, got {value}")
+    return number
+
+
+def wait_for_stop(stop: threading.Event, seconds: float) -> bool:
+    """Wait up to ``seconds``; return True once a stop was asked for (tests replace this)."""
+    return stop.wait(seconds)
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Set ``stop`` on SIGINT or SIGTERM instead of raising, so a report being read or
+    printed completes and the command exits 0; the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set in the main thread
+        return
+    previous = {
+        signum: signal.signal(signum, lambda *_: stop.set())
+        for signum in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class Command(BaseCommand):
+    help = "Show django_iq's queues, workers and leader: once, as JSON, or refreshed until stopped."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--queues",
+            type=split_names,
+            help="Comma-separated queues to show (default: all); workers serving none are hidden.",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print one JSON document (one per line with --watch).",
+        )
+        parser.add_argument(
+            "--watch",
+            type=watch_seconds,
+            nargs="?",
+            const=DEFAULT_WATCH_SECONDS,
+            metavar="SECONDS",
+            help=f"Refresh every SECONDS (default {DEFAULT_WATCH_SECONDS:g}) until Ctrl-C.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queues: list[str] | None = options["queues"]
+        if queues:
+            message = unknown_queue_message(queues)
+            if message:
+                raise CommandError(message)
+        interval: float | None = options["watch"]
+        if interval is None:
+            self.stdout.write(self._report(queues, as_json=options["json"], indent=2))
+            return
+        clear = not options["json"] and self.stdout.isatty()
+        stop = threading.Event()
+        printed = 0
+        try:
+            with stop_on_signals(stop):
+                while True:
+                    # JSON: one document per line, so a consumer can read line by line.
+                    report = self._report(queues, as_json=options["json"], indent=None)
+                    if clear:
+                        report = CLEAR_SCREEN + report
+                    elif printed and not options["json"]:
+                        report = "\n" + report
+                    self.stdout.write(report)
+                    self.stdout.flush()
+                    printed += 1
+                    if wait_for_stop(stop, interval):
+                        break
+        except KeyboardInterrupt:
+            pass  # SIGINT with no handler of ours (not the main thread) is a normal stop too
+
+    def _report(self, queues: list[str] | None, *, as_json: bool, indent: int | None) -> str:
+        status = read_status(queues)
+        if as_json:
+            return json.dumps(status.as_dict(), cls=DjangoJSONEncoder, indent=indent)
+        return render_text(status)

@@ -1,0 +1,224 @@
+"""Prometheus metrics: a collector that reads queue depths, lifetime job counts and durations,
+waiting times and workers from the database on each scrape, and the view serving them."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_safe
+
+from django_iq.conf import iq_settings
+from django_iq.models import (
+    BUCKET_FIELDS,
+    DURATION_BUCKETS_SECONDS,
+    Entry,
+    Queue,
+    QueueTotal,
+    Worker,
+)
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from django_iq.managers import QueueStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MISSING_CLIENT_MESSAGE = (
+    "The django_iq metrics endpoint needs the prometheus-client package, which is not "
+    "installed. Install it with: pip install django-iq[prometheus]\n"
+)
+# Label value of each entry state (as the docs spell it) and its QueueStats attribute.
+STATES = (
+    ("initial", "initial"),
+    ("pending", "pending"),
+    ("disabled", "disabled"),
+    ("computing", "computing"),
+    ("awaitingCompute", "awaiting_compute"),
+    ("failed", "failed"),
+)
+WORKER_STATES = ("live", "dead")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The numbers of one scrape."""
+
+    stats: list[QueueStats] = field(default_factory=list)
+    totals: dict[str, QueueTotal] = field(default_factory=dict)
+    oldest_waiting_seconds: dict[str, float] = field(default_factory=dict)
+    # (role, "live" | "dead") -> number of Worker rows.
+    workers: dict[tuple[str, str], int] = field(default_factory=dict)
+    throttled_workers: int = 0
+
+
+def read_snapshot(now: datetime) -> Snapshot:
+    """Read every metric at ``now`` in a fixed number of queries (six), whatever the number of
+    queues, entries or workers."""
+    stats = Queue.objects.stats()
+    oldest = {
+        queue: max(0.0, (now - enqueued_at).total_seconds())
+        for queue, enqueued_at in Entry.objects.oldest_waiting().items()
+    }
+    # "Dead" is every row not live: stopped, or silent past WORKER_SILENT_AFTER_SECONDS. Stopped
+    # rows are pruned after WORKER_RETENTION_SECONDS.
+    live = Q(pk__in=Worker.objects.live().values("pk"))
+    workers: dict[tuple[str, str], int] = {}
+    throttled = 0
+    for row in (
+        Worker.objects.values("role")
+        .annotate(
+            total=Count("pk"),
+            live=Count("pk", filter=live),
+            throttled=Count("pk", filter=live & Q(is_throttled=True)),
+        )
+        .order_by()
+    ):
+        workers[(row["role"], "live")] = row["live"]
+        workers[(row["role"], "dead")] = row["total"] - row["live"]
+        throttled += row["throttled"]
+    return Snapshot(
+        stats=stats,
+        totals=QueueTotal.objects.by_queue(),
+        oldest_waiting_seconds=oldest,
+        workers=workers,
+        throttled_workers=throttled,
+    )
+
+
+class IQCollector:
+    """A prometheus-client collector of django_iq's metrics, read from the database on each
+    ``collect()``.
+
+    ``metrics_view`` serves it from a registry of its own. To add the metrics to an exporter
+    you already run, register it: ``REGISTRY.register(IQCollector())``. ``describe()`` reads
+    nothing, so registering costs no query.
+    """
+
+    def describe(self) -> Iterator[Metric]:
+        """Yield the metric families without samples."""
+        return _families(Snapshot())
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the metric families with their current values."""
+        return _families(read_snapshot(timezone.now()))
+
+
+def _families(snapshot: Snapshot) -> Iterator[Metric]:
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+    from prometheus_client.utils import floatToGoString
+
+    entries = GaugeMetricFamily(
+        "django_iq_queue_entries",
+        "Entries per queue and state; pending = computing + awaitingCompute, and failed "
+        "counts final failures not yet requeued or pruned.",
+        labels=["queue", "state"],
+    )
+    oldest = GaugeMetricFamily(
+        "django_iq_oldest_waiting_seconds",
+        "Age of the oldest entry awaiting compute (ready, not running) per queue; 0 when none.",
+        labels=["queue"],
+    )
+    for stats in snapshot.stats:
+        for label, attribute in STATES:
+            entries.add_metric([stats.queue, label], getattr(stats, attribute))
+        oldest.add_metric([stats.queue], snapshot.oldest_waiting_seconds.get(stats.queue, 0.0))
+    yield entries
+
+    done = CounterMetricFamily(
+        "django_iq_jobs_done", "Jobs that succeeded, per queue.", labels=["queue"]
+    )
+    failed = CounterMetricFamily(
+        "django_iq_jobs_failed",
+        "Job attempts that failed (each retry counts), per queue.",
+        labels=["queue"],
+    )
+    duration = HistogramMetricFamily(
+        "django_iq_job_duration_seconds",
+        "Run time of finished job attempts, successful or not, per queue.",
+        labels=["queue"],
+    )
+    for queue, total in sorted(snapshot.totals.items()):
+        done.add_metric([queue], total.done)
+        failed.add_metric([queue], total.failed)
+        buckets = [
+            (floatToGoString(bound), getattr(total, name))
+            for bound, name in zip(DURATION_BUCKETS_SECONDS, BUCKET_FIELDS, strict=True)
+        ]
+        buckets.append(("+Inf", total.done + total.failed))
+        duration.add_metric([queue], buckets, sum_value=total.busy_seconds)
+    yield done
+    yield failed
+    yield duration
+    yield oldest
+
+    workers = GaugeMetricFamily(
+        "django_iq_workers",
+        "Worker and leader processes by role and state: live (heartbeat within "
+        "WORKER_SILENT_AFTER_SECONDS) or dead (stopped or silent, until pruned).",
+        labels=["role", "state"],
+    )
+    for role in Worker.Role.values:
+        for state in WORKER_STATES:
+            workers.add_metric([role, state], snapshot.workers.get((role, state), 0))
+    yield workers
+    yield GaugeMetricFamily(
+        "django_iq_worker_throttled",
+        "Live workers the resource governor is holding back (CPU or memory over threshold).",
+        value=snapshot.throttled_workers,
+    )
+
+
+def is_authorized(request: HttpRequest) -> bool:
+    """Return True for an active staff user, or a request carrying
+    ``Authorization: Bearer <DJANGO_IQ["METRICS_TOKEN"]>`` when that setting is set."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_active and getattr(user, "is_staff", False):
+        return True
+    token = iq_settings.METRICS_TOKEN
+    if not token:
+        return False
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    # Constant-time comparison, so response times say nothing about how much of a guess matched.
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), str(token).encode()
+    )
+
+
+@require_safe
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Serve the metrics in the Prometheus text format (version 0.0.4).
+
+    403 unless ``is_authorized(request)``; 501 when prometheus-client is not installed.
+    """
+    if not is_authorized(request):
+        response = HttpResponse(
+            "Forbidden: log in as a staff user, or send Authorization: Bearer <token> with the "
+            'token of DJANGO_IQ["METRICS_TOKEN"].\n',
+            status=403,
+            content_type="text/plain; charset=utf-8",
+        )
+    else:
+        try:
+            from prometheus_client import CollectorRegistry, generate_latest
+        except ImportError:
+            response = HttpResponse(
+                MISSING_CLIENT_MESSAGE, status=501, content_type="text/plain; charset=utf-8"
+            )
+        else:
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(IQCollector())
+            response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE)
+    add_never_cache_headers(response)
+    return response

@@ -1,0 +1,468 @@
+"""The admin through Django's test client: every page renders, every action is offered and runs
+only with its permission, writes the admin log and reports counts, and the dashboard is linked.
+
+Helpers here are shared by the other ``test_admin_*.py`` modules.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.auth.models import Permission, User
+from django.contrib.messages import get_messages
+from django.db.models import Model
+from django.http import HttpResponse
+from django.test import Client
+from django.urls import reverse
+
+from django_iq.models import (
+    CronJob,
+    DisabledJob,
+    Entry,
+    EntryError,
+    GroupLock,
+    LeaderLease,
+    Queue,
+    Result,
+    Worker,
+)
+from tests.factories import (
+    CronJobFactory,
+    DisabledJobFactory,
+    EntryErrorFactory,
+    EntryFactory,
+    GroupLockFactory,
+    LeaderLeaseFactory,
+    QueueFactory,
+    ResultFactory,
+    WorkerFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+# -- helpers shared by the test_admin_* modules ----------------------------------------------
+
+
+def changelist_url(model: type[Model]) -> str:
+    return reverse(f"admin:django_iq_{model._meta.model_name}_changelist")
+
+
+def change_url(obj: Model) -> str:
+    return reverse(f"admin:django_iq_{obj._meta.model_name}_change", args=[obj.pk])
+
+
+def login(client: Client, *codenames: str, username: str = "operator") -> Client:
+    """Log ``client`` in as a staff user holding exactly the django_iq ``codenames``."""
+    user = User.objects.create_user(username, password="unused", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="django_iq", codename__in=codenames)
+    )
+    assert user.user_permissions.count() == len(codenames), f"unknown codename in {codenames}"
+    client.force_login(user)
+    return client
+
+
+def login_superuser(client: Client) -> Client:
+    client.force_login(User.objects.create_superuser("root", password="unused"))
+    return client
+
+
+def offered_actions(client: Client, model: type[Model]) -> set[str]:
+    response = client.get(changelist_url(model))
+    assert response.status_code == 200
+    form = response.context["action_form"]  # None when no action is available at all
+    return {name for name, _ in form.fields["action"].choices if name} if form else set()
+
+
+def run_action(
+    client: Client, model: type[Model], action: str, objects: Sequence[Model], **extra: str
+) -> HttpResponse:
+    """Post ``action`` on ``objects`` from the changelist, as the action bar does."""
+    data: dict[str, Any] = {
+        "action": action,
+        "index": "0",  # the action bar's "Go" button
+        "_selected_action": [o.pk for o in objects],
+    }
+    response: HttpResponse = client.post(changelist_url(model), {**data, **extra})
+    return response
+
+
+def messages_of(response: HttpResponse) -> list[str]:
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def column(response: HttpResponse, name: str) -> list[str]:
+    """The text of each changelist cell of column ``name``, top to bottom."""
+    cells = re.findall(
+        rf'<t[dh] class="field-{re.escape(name)}[^"]*">(.*?)</t[dh]>',
+        response.content.decode(),
+        re.S,
+    )
+    return [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", cell)).split()) for cell in cells]
+
+
+def listed_ids(response: HttpResponse) -> list[int]:
+    return [obj.pk for obj in response.context["cl"].result_list]
+
+
+def log_entries(flag: int | None = None) -> list[LogEntry]:
+    rows = LogEntry.objects.order_by("pk")
+    if flag is not None:
+        rows = rows.filter(action_flag=flag)
+    return list(rows)
+
+
+# -- every page renders ------------------------------------------------------------------------
+
+
+def make_one_of_each() -> dict[type[Model], Model]:
+    worker = WorkerFactory()
+    entry = EntryFactory(group_key="g1")
+    return {
+        Queue: QueueFactory(name="default"),
+        Entry: entry,
+        EntryError: EntryErrorFactory(),
+        CronJob: CronJobFactory(),
+        Worker: worker,
+        GroupLock: GroupLockFactory(entry_for_key=entry, worker=worker),
+        DisabledJob: DisabledJobFactory(),
+        Result: ResultFactory(),
+        LeaderLease: LeaderLeaseFactory(),
+    }
+
+
+ALL_MODELS = [
+    Queue,
+    Entry,
+    EntryError,
+    CronJob,
+    Worker,
+    GroupLock,
+    DisabledJob,
+    Result,
+    LeaderLease,
+]
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_every_changelist_renders_for_a_superuser(client: Client, model: type[Model]) -> None:
+    objects = make_one_of_each()
+    login_superuser(client)
+
+    response = client.get(changelist_url(model))
+
+    assert response.status_code == 200
+    assert listed_ids(response) == [objects[model].pk]
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_every_change_page_renders_for_a_superuser(client: Client, model: type[Model]) -> None:
+    objects = make_one_of_each()
+    login_superuser(client)
+
+    response = client.get(change_url(objects[model]))
+
+    assert response.status_code == 200
+    assert response.context["original"] == objects[model]
+
+
+def test_metric_tables_are_left_to_the_dashboard_and_not_registered() -> None:
+    from django.contrib import admin
+
+    from django_iq.models import QueueMinute, QueueTotal
+
+    registered = {model for model in admin.site._registry if model._meta.app_label == "django_iq"}
+
+    assert registered == set(ALL_MODELS)
+    assert not {QueueMinute, QueueTotal} & registered
+
+
+@pytest.mark.parametrize(
+    "model", [Entry, EntryError, Worker, GroupLock, DisabledJob, Result, LeaderLease]
+)
+def test_rows_written_by_processes_cannot_be_added_by_hand(
+    client: Client, model: type[Model]
+) -> None:
+    login_superuser(client)
+
+    response = client.get(reverse(f"admin:django_iq_{model._meta.model_name}_add"))
+
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize("model", [Entry, EntryError, Worker, GroupLock, Result])
+def test_change_pages_of_process_rows_are_read_only(client: Client, model: type[Model]) -> None:
+    obj = make_one_of_each()[model]
+    login_superuser(client)
+
+    page = client.get(change_url(obj))
+    posted = client.post(change_url(obj), {"state": "disabled", "attempt": "9", "name": "x"})
+
+    assert page.context["has_change_permission"] is False
+    assert b'name="_save"' not in page.content
+    assert posted.status_code == 403
+
+
+def test_entry_change_page_refuses_a_posted_state_and_keeps_the_row(client: Client) -> None:
+    entry = EntryFactory()
+    login_superuser(client)
+
+    response = client.post(change_url(entry), {"state": "disabled", "priority": "100"})
+
+    entry.refresh_from_db()
+    assert response.status_code == 403
+    assert (entry.state, entry.priority) == ("pending", 0)
+
+
+# -- the dashboard -----------------------------------------------------------------------------
+
+
+def test_dashboard_route_renders_the_dashboard_inside_the_admin(client: Client) -> None:
+    login_superuser(client)
+
+    response = client.get(reverse("admin:django_iq_dashboard"))
+
+    assert response.status_code == 200
+    assert "django_iq/dashboard.html" in [t.name for t in response.templates]
+    assert reverse("admin:django_iq_dashboard") == "/admin/django_iq/queue/dashboard/"
+
+
+def test_dashboard_route_sends_anonymous_users_to_the_admin_login(client: Client) -> None:
+    response = client.get(reverse("admin:django_iq_dashboard"))
+
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("admin:login"))
+
+
+def test_app_index_links_to_the_dashboard(client: Client) -> None:
+    login(client, "view_queue")
+
+    response = client.get(reverse("admin:app_list", args=["django_iq"]))
+
+    assert response.status_code == 200
+    link = f'<a href="{reverse("admin:django_iq_dashboard")}" class="viewlink">Dashboard</a>'
+    assert link in response.content.decode()
+
+
+def test_app_index_hides_the_dashboard_link_from_users_who_may_not_see_it(client: Client) -> None:
+    login(client, "view_entry")
+
+    response = client.get(reverse("admin:app_list", args=["django_iq"]))
+
+    assert response.status_code == 200
+    assert reverse("admin:django_iq_dashboard") not in response.content.decode()
+
+
+def test_queue_changelist_links_to_the_dashboard(client: Client) -> None:
+    login_superuser(client)
+
+    response = client.get(changelist_url(Queue))
+
+    assert f'href="{reverse("admin:django_iq_dashboard")}"' in response.content.decode()
+
+
+# -- every action: offered and run only with its permission ------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionCase:
+    """One action: the model it lists, the permissions it needs (beyond viewing), how to set
+    up rows for it, whether it has taken effect, and the admin log it writes."""
+
+    model: type[Model]
+    action: str
+    needs: tuple[str, ...]
+    setup: Callable[[], list[Model]]
+    done: Callable[[list[Model]], bool]
+    log_flag: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def view(self) -> str:
+        return f"view_{self.model._meta.model_name}"
+
+    def __str__(self) -> str:
+        return f"{self.model.__name__}.{self.action}"
+
+
+def disabled_job_entry() -> Entry:
+    DisabledJobFactory(job_name="tests.testapp.jobs.record")
+    entry: Entry = EntryFactory(disabled=True, job_name="tests.testapp.jobs.record")
+    return entry
+
+
+def _fresh(obj: Model) -> Any:
+    return type(obj)._default_manager.filter(pk=obj.pk).first()
+
+
+ACTIONS = [
+    ActionCase(
+        Queue,
+        "pause_queues",
+        ("pause_queue",),
+        lambda: [QueueFactory(name="q1")],
+        lambda objs: _fresh(objs[0]).is_paused,
+        CHANGE,
+    ),
+    ActionCase(
+        Queue,
+        "resume_queues",
+        ("pause_queue",),
+        lambda: [QueueFactory(name="q1", is_paused=True)],
+        lambda objs: not _fresh(objs[0]).is_paused,
+        CHANGE,
+    ),
+    ActionCase(
+        Entry,
+        "disable_jobs",
+        ("change_entry",),
+        lambda: [EntryFactory()],
+        lambda objs: _fresh(objs[0]).state == "disabled",
+        ADDITION,
+    ),
+    ActionCase(
+        Entry,
+        "enable_jobs",
+        ("change_entry",),
+        lambda: [disabled_job_entry()],
+        lambda objs: _fresh(objs[0]).state == "pending",
+        DELETION,
+    ),
+    ActionCase(
+        Entry,
+        "run_now",
+        ("change_entry",),
+        lambda: [EntryFactory(deferred=True)],
+        lambda objs: _fresh(objs[0]).state == "pending",
+        CHANGE,
+    ),
+    ActionCase(
+        Entry,
+        "cancel_entries",
+        ("change_entry", "cancel_entry"),
+        lambda: [EntryFactory()],
+        lambda objs: _fresh(objs[0]) is None,
+        DELETION,
+    ),
+    ActionCase(
+        EntryError,
+        "requeue_errors",
+        ("change_entryerror", "requeue_entryerror"),
+        lambda: [EntryErrorFactory()],
+        lambda objs: _fresh(objs[0]).requeued_at is not None,
+        CHANGE,
+    ),
+    ActionCase(
+        EntryError,
+        "requeue_matching",
+        ("change_entryerror", "requeue_entryerror"),
+        lambda: [EntryErrorFactory()],
+        lambda objs: _fresh(objs[0]).requeued_at is not None,
+        CHANGE,
+    ),
+    ActionCase(
+        EntryError,
+        "delete_selected",
+        ("delete_entryerror",),
+        lambda: [EntryErrorFactory()],
+        lambda objs: _fresh(objs[0]) is None,
+        DELETION,
+        extra={"post": "yes"},
+    ),
+    ActionCase(
+        CronJob,
+        "enable_cron_jobs",
+        ("change_cronjob",),
+        lambda: [CronJobFactory(disabled=True)],
+        lambda objs: _fresh(objs[0]).is_enabled,
+        CHANGE,
+    ),
+    ActionCase(
+        CronJob,
+        "disable_cron_jobs",
+        ("change_cronjob",),
+        lambda: [CronJobFactory()],
+        lambda objs: not _fresh(objs[0]).is_enabled,
+        CHANGE,
+    ),
+    ActionCase(
+        CronJob,
+        "run_cron_jobs_now",
+        ("change_cronjob",),
+        lambda: [CronJobFactory()],
+        lambda objs: Entry.objects.filter(cron_job=objs[0], state="pending").exists(),
+        CHANGE,
+    ),
+    ActionCase(
+        DisabledJob,
+        "enable_selected_jobs",
+        ("change_entry",),
+        lambda: [DisabledJobFactory()],
+        lambda objs: _fresh(objs[0]) is None,
+        DELETION,
+    ),
+]
+# What a staff user holds, beyond viewing, in the "without" case: everything near the action
+# but its own permission, so that a custom permission is shown to be needed on its own.
+WITHOUT = {
+    "pause_queues": ("change_queue",),
+    "resume_queues": ("change_queue",),
+    "cancel_entries": ("change_entry",),
+    "requeue_errors": ("change_entryerror", "delete_entryerror"),
+    "requeue_matching": ("change_entryerror", "delete_entryerror"),
+    "delete_selected": ("change_entryerror", "requeue_entryerror"),
+}
+
+
+@pytest.mark.parametrize("case", ACTIONS, ids=str)
+def test_action_runs_for_a_superuser_and_writes_the_admin_log(
+    client: Client, case: ActionCase
+) -> None:
+    objects = case.setup()
+    login_superuser(client)
+
+    response = run_action(client, case.model, case.action, objects, **case.extra)
+
+    assert response.status_code == 302
+    assert case.done(objects)
+    (entry,) = log_entries()
+    assert (entry.action_flag, entry.user.username) == (case.log_flag, "root")
+    assert messages_of(response), "every action reports what it did with message_user"
+
+
+@pytest.mark.parametrize("case", ACTIONS, ids=str)
+def test_action_runs_for_staff_with_its_permissions(client: Client, case: ActionCase) -> None:
+    objects = case.setup()
+    login(client, case.view, *case.needs)
+
+    assert case.action in offered_actions(client, case.model)
+    response = run_action(client, case.model, case.action, objects, **case.extra)
+
+    assert response.status_code == 302
+    assert case.done(objects)
+    assert [e.action_flag for e in log_entries()] == [case.log_flag]
+
+
+@pytest.mark.parametrize("case", ACTIONS, ids=str)
+def test_action_is_absent_and_refused_for_staff_without_its_permission(
+    client: Client, case: ActionCase
+) -> None:
+    objects = case.setup()
+    login(client, case.view, *WITHOUT.get(case.action, ()))
+
+    offered = offered_actions(client, case.model)
+    response = run_action(client, case.model, case.action, objects, **case.extra)
+
+    assert case.action not in offered
+    if offered:
+        assert messages_of(response) == ["No action selected."]
+    else:  # no action bar at all: the post only shows the list again
+        assert (response.status_code, messages_of(response)) == (200, [])
+    assert not case.done(objects)
+    assert log_entries() == []

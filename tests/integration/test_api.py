@@ -1,0 +1,652 @@
+"""The JSON management API: who may use it, CSRF, inspecting and cancelling entries, requeueing
+failures, queue statistics, pause and resume, and the metrics route next to it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.auth.models import Permission, User
+from django.core.serializers.json import DjangoJSONEncoder
+from django.test import Client, override_settings
+from django.urls import reverse
+from django.utils import timezone
+
+from django_iq.api.endpoint import MAX_IDS
+from django_iq.models import Entry, EntryError, Queue
+from tests.factories import (
+    EntryErrorFactory,
+    EntryFactory,
+    GroupLockFactory,
+    QueueFactory,
+    WorkerFactory,
+)
+from tests.testapp.jobs import record
+
+pytestmark = pytest.mark.django_db
+
+PERMISSIONS = ("cancel_entry", "requeue_entryerror", "pause_queue")
+
+
+def url(name: str, *args: Any) -> str:
+    return reverse(f"django_iq:api:{name}", args=args)
+
+
+def iso(moment: datetime) -> str:
+    """A datetime as the API writes it."""
+    return str(DjangoJSONEncoder().default(moment))
+
+
+def make_user(username: str, *, is_staff: bool = True, perms: tuple[str, ...] = ()) -> User:
+    user = User.objects.create_user(username, is_staff=is_staff)  # no password: no hashing
+    for codename in perms:
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label="django_iq", codename=codename)
+        )
+    return user
+
+
+class Api:
+    """A test client with CSRF checks on, logged in, sending the CSRF token like a browser."""
+
+    def __init__(self, user: User | None) -> None:
+        self.client = Client(enforce_csrf_checks=True)
+        if user is not None:
+            self.client.force_login(user)
+
+    def csrf_token(self) -> str:
+        if "csrftoken" not in self.client.cookies:
+            # Any GET of the API sets the cookie (even a refused one, for staff or not).
+            self.client.get(url("queue-list"))
+        return self.client.cookies["csrftoken"].value
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.client.get(path, params)
+
+    def post(self, path: str, body: Any, *, token: bool = True, raw: str | None = None) -> Any:
+        headers = {"X-CSRFToken": self.csrf_token()} if token else {}
+        data = raw if raw is not None else json.dumps(body)
+        return self.client.post(path, data, content_type="application/json", headers=headers)
+
+    def delete(self, path: str, *, token: bool = True) -> Any:
+        headers = {"X-CSRFToken": self.csrf_token()} if token else {}
+        return self.client.delete(path, headers=headers)
+
+
+@pytest.fixture
+def staff() -> Api:
+    """A staff user without any of the API's custom permissions."""
+    return Api(make_user("staff"))
+
+
+@pytest.fixture
+def operator() -> Api:
+    """A staff user with every permission of the API."""
+    return Api(make_user("operator", perms=PERMISSIONS))
+
+
+def endpoints() -> list[tuple[str, str, Any]]:
+    """(method, URL, JSON body) of every operation of the API."""
+    return [
+        ("get", url("entry-list"), None),
+        ("get", url("entry-count"), None),
+        ("get", url("entry", 1), None),
+        ("delete", url("entry", 1), None),
+        ("post", url("entry-cancel"), {"ids": [1]}),
+        ("get", url("error-list"), None),
+        ("get", url("error", 1), None),
+        ("post", url("error-requeue"), {"ids": [1]}),
+        ("get", url("queue-list"), None),
+        ("post", url("queue-pause", "default"), {}),
+        ("post", url("queue-resume", "default"), {}),
+        ("get", url("openapi"), None),
+    ]
+
+
+def call(api: Api, method: str, path: str, body: Any) -> Any:
+    if method == "get":
+        return api.get(path)
+    if method == "delete":
+        return api.delete(path)
+    return api.post(path, body)
+
+
+# -- who may use it ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path", "body"), endpoints())
+def test_anonymous_requests_are_refused_with_401_json(method: str, path: str, body: Any) -> None:
+    api = Api(None)
+    # The CSRF token is sent, so that the refusal is the API's own and not CSRF's.
+    response = call(api, method, path, body)
+
+    assert response.status_code == 401
+    assert response["Content-Type"] == "application/json"
+    assert "log in as a staff user" in response.json()["error"]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), endpoints())
+def test_users_who_are_not_staff_are_refused_with_403_json(
+    method: str, path: str, body: Any
+) -> None:
+    api = Api(make_user("customer", is_staff=False, perms=PERMISSIONS))
+
+    response = call(api, method, path, body)
+
+    assert response.status_code == 403
+    assert response.json() == {"error": "The django_iq API is for staff users only."}
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "body", "permission"),
+    [
+        ("delete", "entry", None, "django_iq.cancel_entry"),
+        ("post", "entry-cancel", {"ids": []}, "django_iq.cancel_entry"),
+        ("post", "error-requeue", {"ids": []}, "django_iq.requeue_entryerror"),
+        ("post", "queue-pause", {}, "django_iq.pause_queue"),
+        ("post", "queue-resume", {}, "django_iq.pause_queue"),
+    ],
+)
+def test_staff_without_the_permission_cannot_change_anything(
+    staff: Api, method: str, name: str, body: Any, permission: str
+) -> None:
+    queue = QueueFactory(name="default", is_paused=name == "queue-resume")
+    entry = EntryFactory(queue=queue)
+    error = EntryErrorFactory(queue=queue)
+    args = {"entry": (entry.pk,), "queue-pause": ("default",), "queue-resume": ("default",)}
+    body = {"ids": [error.pk if name == "error-requeue" else entry.pk]} if body else body
+
+    response = call(staff, method, url(name, *args.get(name, ())), body)
+
+    assert response.status_code == 403
+    assert permission in response.json()["error"]
+    assert Entry.objects.filter(pk=entry.pk).exists()
+    assert Entry.objects.count() == 1, "a requeue would have added an entry"
+    assert Queue.objects.get(name="default").is_paused is (name == "queue-resume")
+    assert not LogEntry.objects.exists()
+
+
+def test_staff_without_custom_permissions_may_read(staff: Api) -> None:
+    EntryFactory()
+
+    assert staff.get(url("entry-list")).status_code == 200
+    assert staff.get(url("queue-list")).status_code == 200
+
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(operator: Api) -> None:
+    entry = EntryFactory()
+
+    refused = operator.post(url("entry-cancel"), {"ids": [entry.pk]}, token=False)
+    deleted = operator.delete(url("entry", entry.pk), token=False)
+
+    assert (refused.status_code, deleted.status_code) == (403, 403)
+    assert b"CSRF" in refused.content
+    assert Entry.objects.filter(pk=entry.pk).exists()
+    accepted = operator.post(url("entry-cancel"), {"ids": [entry.pk]})
+    assert accepted.status_code == 200
+    assert not Entry.objects.filter(pk=entry.pk).exists()
+
+
+def test_any_get_of_the_api_sets_the_csrf_cookie(operator: Api) -> None:
+    response = operator.get(url("entry-count"))
+
+    assert response.status_code == 200
+    assert response.cookies["csrftoken"].value
+
+
+@override_settings(CSRF_FAILURE_VIEW="django_iq.api.views.csrf_failure")
+def test_the_csrf_failure_view_answers_json_for_the_api_only(operator: Api) -> None:
+    refused = operator.post(url("queue-pause", "default"), {}, token=False)
+    admin_refused = operator.client.post(reverse("admin:logout"))
+
+    assert refused.status_code == 403
+    assert refused["Content-Type"] == "application/json"
+    assert "X-CSRFToken" in refused.json()["error"]
+    assert admin_refused.status_code == 403
+    assert admin_refused["Content-Type"].startswith("text/html")
+
+
+def test_a_method_not_allowed_is_answered_405_json_with_the_allowed_ones(operator: Api) -> None:
+    response = operator.post(url("queue-list"), {})
+
+    assert response.status_code == 405
+    assert response.json() == {
+        "error": "Method POST is not allowed here; use GET, HEAD.",
+        "allowed": ["GET", "HEAD"],
+    }
+
+
+def test_responses_are_never_cached(staff: Api) -> None:
+    response = staff.get(url("queue-list"))
+
+    assert "no-cache" in response["Cache-Control"]
+    assert "private" in response["Cache-Control"]
+
+
+def test_an_unknown_query_parameter_is_refused_even_where_none_are_taken(staff: Api) -> None:
+    response = staff.get(url("queue-list"), name="default")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "Unknown query parameter 'name'. It takes none.",
+        "parameter": "name",
+    }
+
+
+# -- entries ----------------------------------------------------------------------------------
+
+
+def test_inspect_shows_inputs_states_lock_and_failed_attempts(staff: Api) -> None:
+    entry = record.using(queue="emails", priority=5, group_key="order:7").enqueue(
+        "token-1", seconds=0.5
+    )
+    worker = WorkerFactory(name="web-1:4242")
+    lock = GroupLockFactory(entry_for_key=entry, worker=worker, entry_id=entry.pk)
+    first = EntryErrorFactory(
+        entry_id=entry.pk, queue=entry.queue, attempt=1, is_final=False, message="first"
+    )
+    second = EntryErrorFactory(
+        entry_id=entry.pk, queue=entry.queue, attempt=2, is_final=False, message="second"
+    )
+    EntryErrorFactory(entry_id=entry.pk + 1000)  # another entry's
+
+    response = staff.get(url("entry", entry.pk))
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body == {
+        "id": entry.pk,
+        "queue": "emails",
+        "job": "tests.testapp.jobs.record",
+        "args": ["token-1"],
+        "kwargs": {"seconds": 0.5},
+        "priority": 5,
+        "state": "pending",
+        "inferred_state": "computing",
+        "attempts": 0,
+        "max_attempts": 3,
+        "run_at": iso(entry.run_at),
+        "enqueued_at": iso(entry.enqueued_at),
+        "group_key": "order:7",
+        "lock_key": "g:order:7",
+        "lock": {
+            "id": lock.pk,
+            "key": "g:order:7",
+            "locked_at": iso(lock.locked_at),
+            "worker": "web-1:4242",
+            "running_entry_id": entry.pk,
+        },
+        "cron_job_id": None,
+        "result_id": None,
+        "errors": [
+            {
+                "id": error.pk,
+                "entry_id": entry.pk,
+                "queue": "emails",
+                "job": "tests.testapp.jobs.record",
+                "args": error.args,
+                "kwargs": {},
+                "priority": 0,
+                "group_key": None,
+                "attempt": error.attempt,
+                "max_attempts": 1,
+                "exception_class": "builtins.ValueError",
+                "message": error.message,
+                "worker": "",
+                "enqueued_at": iso(error.enqueued_at),
+                "failed_at": iso(error.failed_at),
+                "final": False,
+                "requeued_at": None,
+                "traceback": "Traceback (most recent call last):\nValueError: boom\n",
+            }
+            for error in (first, second)
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("traits", "stored", "inferred"),
+    [
+        ({}, "pending", "awaiting_compute"),
+        ({"deferred": True}, "initial", "initial"),
+        ({"disabled": True}, "disabled", "disabled"),
+    ],
+)
+def test_inspect_infers_the_state_of_an_entry_without_a_lock(
+    staff: Api, traits: dict[str, bool], stored: str, inferred: str
+) -> None:
+    entry = EntryFactory(**traits)
+
+    body = staff.get(url("entry", entry.pk)).json()
+
+    assert (body["state"], body["inferred_state"], body["lock"]) == (stored, inferred, None)
+
+
+def test_inspecting_a_missing_entry_is_a_404_pointing_at_its_failures(staff: Api) -> None:
+    response = staff.get(url("entry", 987654))
+
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": "Entry 987654 does not exist: it finished, failed for good or was cancelled. "
+        f"Its failed attempts, if any, are at {url('error-list')}?entry_id=987654."
+    }
+
+
+def test_delete_cancels_the_entry_and_records_who_did_it(operator: Api) -> None:
+    entry = EntryFactory()
+    other = EntryFactory()
+
+    response = operator.delete(url("entry", entry.pk))
+
+    assert response.status_code == 200
+    assert response.json() == {"cancelled": [entry.pk], "skipped": [], "not_found": []}
+    assert list(Entry.objects.values_list("pk", flat=True)) == [other.pk]
+    log = LogEntry.objects.get()
+    assert (log.user.username, log.action_flag, log.object_id) == (
+        "operator",
+        DELETION,
+        str(entry.pk),
+    )
+    assert log.content_type.model_class() is Entry
+    assert log.object_repr == str(entry)
+    assert log.change_message == "Cancelled through the django_iq API."
+
+
+def test_delete_refuses_an_entry_a_worker_is_computing_with_409(operator: Api) -> None:
+    entry = EntryFactory(locked=True)
+
+    response = operator.delete(url("entry", entry.pk))
+
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": f"Entry {entry.pk} was not cancelled: its group lock is held, so a worker is "
+        "computing it. Try again once it is done.",
+        "cancelled": [],
+        "skipped": [entry.pk],
+        "not_found": [],
+    }
+    assert Entry.objects.filter(pk=entry.pk).exists()
+    assert not LogEntry.objects.exists()
+
+
+def test_deleting_a_missing_entry_is_a_404(operator: Api) -> None:
+    response = operator.delete(url("entry", 987654))
+
+    assert response.status_code == 404
+    assert response.json()["error"].startswith("Entry 987654 does not exist")
+
+
+def test_cancel_many_reports_what_became_of_each_id(operator: Api) -> None:
+    waiting = [EntryFactory() for _ in range(3)]
+    deferred = EntryFactory(deferred=True)
+    running = EntryFactory(locked=True)
+    # Its group is locked by a sibling's claim: it counts as computing, as in the manager API.
+    sibling = EntryFactory(group_key="g", locked=True)
+    grouped = EntryFactory(group_key="g")
+    ids = [*(e.pk for e in waiting), deferred.pk, running.pk, grouped.pk, 987654, waiting[0].pk]
+
+    response = operator.post(url("entry-cancel"), {"ids": ids})
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "cancelled": sorted([*(e.pk for e in waiting), deferred.pk]),
+        "skipped": sorted([running.pk, grouped.pk]),
+        "not_found": [987654],
+    }
+    assert set(Entry.objects.values_list("pk", flat=True)) == {running.pk, sibling.pk, grouped.pk}
+    assert sorted(
+        int(pk)
+        for pk in LogEntry.objects.filter(action_flag=DELETION).values_list("object_id", flat=True)
+    ) == sorted([*(e.pk for e in waiting), deferred.pk])
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "message"),
+    [
+        ("ids=1", "application/x-www-form-urlencoded", "Content-Type: application/json"),
+        ("{ids: [1]}", "application/json", "The body is not valid JSON"),
+        ("[1, 2]", "application/json", "The body must be a JSON object, got list"),
+        ('{"ids": 5}', "application/json", "Invalid value 5 for 'ids'"),
+        ('{"ids": []}', "application/json", "Invalid value [] for 'ids'"),
+        ('{"ids": [1, "2"]}', "application/json", "Invalid value '2' for 'ids[1]'"),
+        ('{"ids": [1, true]}', "application/json", "Invalid value True for 'ids[1]'"),
+        ('{"ids": [0]}', "application/json", "Invalid value 0 for 'ids[0]'"),
+        ('{"ids": [1], "force": true}', "application/json", "Unknown field(s) 'force'"),
+        (
+            json.dumps({"ids": list(range(1, MAX_IDS + 2))}),
+            "application/json",
+            f"'ids' has {MAX_IDS + 1} ids; send at most {MAX_IDS} per request.",
+        ),
+    ],
+)
+def test_a_bad_cancel_body_is_a_400_saying_what_is_wrong(
+    operator: Api, raw: str, content_type: str, message: str
+) -> None:
+    entry = EntryFactory(pk=1)
+
+    response = operator.client.post(
+        url("entry-cancel"),
+        raw,
+        content_type=content_type,
+        headers={"X-CSRFToken": operator.csrf_token()},
+    )
+
+    assert response.status_code == 400
+    assert message in response.json()["error"]
+    assert Entry.objects.filter(pk=entry.pk).exists()
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_an_error_record_shows_its_traceback(staff: Api) -> None:
+    error = EntryErrorFactory(traceback="Traceback ...\nKeyError: 'sku'\n")
+
+    body = staff.get(url("error", error.pk)).json()
+
+    assert (body["id"], body["traceback"]) == (error.pk, "Traceback ...\nKeyError: 'sku'\n")
+
+
+def test_a_missing_error_record_is_a_404(staff: Api) -> None:
+    response = staff.get(url("error", 987654))
+
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": "Error record 987654 does not exist (pruned, or never was)."
+    }
+
+
+def test_requeue_by_ids_enqueues_each_final_failure_once_and_logs_it(operator: Api) -> None:
+    failed = [EntryErrorFactory(args=[f"t{n}"], priority=n) for n in range(2)]
+    retried = EntryErrorFactory(is_final=False)
+    done = EntryErrorFactory(requeued_at=timezone.now())
+    ids = [*(e.pk for e in failed), retried.pk, done.pk, 987654]
+
+    response = operator.post(url("error-requeue"), {"ids": ids})
+
+    assert response.status_code == 200
+    body = response.json()
+    created = list(Entry.objects.order_by("pk"))
+    assert body == {
+        "requeued": 2,
+        "entry_ids": [entry.pk for entry in created],
+        "skipped": 2,
+        "not_found": [987654],
+    }
+    assert sorted((e.args, e.priority, e.state) for e in created) == [
+        (["t0"], 0, "pending"),
+        (["t1"], 1, "pending"),
+    ]
+    assert EntryError.objects.failed().count() == 0
+    logs = LogEntry.objects.filter(action_flag=ADDITION)
+    assert sorted(int(log.object_id) for log in logs) == body["entry_ids"]
+    assert {log.change_message for log in logs} == {"Requeued through the django_iq API."}
+
+
+def test_requeue_matching_requeues_only_the_matching_failures(operator: Api) -> None:
+    EntryErrorFactory.create_batch(3, exception_class="shop.errors.Timeout")
+    EntryErrorFactory(exception_class="builtins.ValueError")
+
+    response = operator.post(
+        url("error-requeue"), {"exception_class": "shop.errors.Timeout", "queue": "default"}
+    )
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "requeued": 3,
+        "matching": {"exception_class": "shop.errors.Timeout", "queue": "default"},
+    }
+    assert Entry.objects.count() == 3
+    assert list(EntryError.objects.failed().values_list("exception_class", flat=True)) == [
+        "builtins.ValueError"
+    ]
+    log = LogEntry.objects.get()
+    assert (log.action_flag, log.object_id, log.content_type.model_class()) == (
+        CHANGE,
+        None,
+        EntryError,
+    )
+    assert (
+        log.object_repr
+        == "failed entries matching exception_class=shop.errors.Timeout queue=default"
+    )
+    assert log.change_message == "Requeued 3 failed entries through the django_iq API."
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {},
+            "Say which failed entries to requeue: ids, or at least one of job, exception_class, queue",
+        ),
+        ({"ids": [1], "job": "x"}, "Give either ids or filters, not both"),
+        ({"job": ""}, "Invalid value '' for 'job': expected a non-empty string."),
+        ({"queue": 3}, "Invalid value 3 for 'queue': expected a non-empty string."),
+        (
+            {"jobs": "x"},
+            "Unknown field(s) 'jobs' in the body; accepted: ids, job, exception_class, queue.",
+        ),
+    ],
+)
+def test_a_requeue_without_a_clear_target_is_a_400(
+    operator: Api, body: dict[str, Any], message: str
+) -> None:
+    EntryErrorFactory()
+
+    response = operator.post(url("error-requeue"), body)
+
+    assert response.status_code == 400
+    assert message in response.json()["error"]
+    assert EntryError.objects.failed().count() == 1
+
+
+# -- queues -----------------------------------------------------------------------------------
+
+
+def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> None:
+    now = timezone.now()
+    emails = QueueFactory(name="emails", weight=2, max_concurrency=4)
+    QueueFactory(name="reports", is_paused=True)
+    oldest = EntryFactory(queue=emails, enqueued_at=now - timedelta(minutes=10))
+    EntryFactory(queue=emails, enqueued_at=now - timedelta(minutes=1))
+    EntryFactory(queue=emails, locked=True, enqueued_at=now - timedelta(hours=1))
+    EntryFactory(queue=emails, deferred=True)
+    EntryFactory(queue=emails, disabled=True)
+    EntryErrorFactory(queue=emails)
+
+    body = staff.get(url("queue-list")).json()
+
+    by_name = {queue["name"]: queue for queue in body["queues"]}
+    assert list(by_name) == ["emails", "reports"]
+    emails_row = by_name["emails"]
+    waited = emails_row.pop("oldest_waiting_seconds")
+    assert 600 <= waited < 700
+    assert emails_row == {
+        "name": "emails",
+        "weight": 2,
+        "max_concurrency": 4,
+        "is_paused": False,
+        "counts": {
+            "initial": 1,
+            "pending": 3,
+            "disabled": 1,
+            "computing": 1,
+            "awaiting_compute": 2,
+            "failed": 1,
+        },
+        "invariant_holds": True,
+        "oldest_waiting_enqueued_at": iso(oldest.enqueued_at),
+    }
+    assert by_name["reports"] == {
+        "name": "reports",
+        "weight": 1,
+        "max_concurrency": None,
+        "is_paused": True,
+        "counts": dict.fromkeys(
+            ("initial", "pending", "disabled", "computing", "awaiting_compute", "failed"), 0
+        ),
+        "invariant_holds": True,
+        "oldest_waiting_enqueued_at": None,
+        "oldest_waiting_seconds": None,
+    }
+
+
+def test_pause_then_resume_a_queue_and_log_each_change(operator: Api) -> None:
+    QueueFactory(name="emails")
+
+    paused = operator.post(url("queue-pause", "emails"), {})
+    again = operator.post(url("queue-pause", "emails"), {})
+    assert Queue.objects.get(name="emails").is_paused
+    resumed = operator.post(url("queue-resume", "emails"), {})
+
+    assert paused.json() == {"queue": "emails", "is_paused": True, "changed": True}
+    assert again.json() == {"queue": "emails", "is_paused": True, "changed": False}
+    assert resumed.json() == {"queue": "emails", "is_paused": False, "changed": True}
+    assert not Queue.objects.get(name="emails").is_paused
+    assert list(LogEntry.objects.order_by("pk").values_list("change_message", "object_repr")) == [
+        ("Paused through the django_iq API.", "emails"),
+        ("Resumed through the django_iq API.", "emails"),
+    ]
+
+
+@pytest.mark.parametrize("action", ["queue-pause", "queue-resume"])
+def test_pausing_an_unknown_queue_is_a_404(operator: Api, action: str) -> None:
+    response = operator.post(url(action, "nope"), {})
+
+    assert response.status_code == 404
+    assert response.json() == {"error": "Queue 'nope' does not exist."}
+
+
+def test_a_queue_name_with_a_slash_can_be_paused(operator: Api) -> None:
+    QueueFactory(name="tenant/a")
+
+    response = operator.post(url("queue-pause", "tenant/a"), {})
+
+    assert response.json() == {"queue": "tenant/a", "is_paused": True, "changed": True}
+
+
+# -- metrics, routed next to the API ----------------------------------------------------------
+
+
+def test_the_metrics_route_serves_the_prometheus_view(staff: Api) -> None:
+    EntryFactory()
+
+    response = staff.client.get(reverse("django_iq:metrics"))
+
+    assert response.status_code == 200
+    assert b'django_iq_queue_entries{queue="default",state="pending"} 1.0' in response.content
+
+
+def test_the_metrics_route_answers_501_when_the_metrics_module_is_missing(
+    staff: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "django_iq.prometheus", None)
+
+    response = staff.client.get(reverse("django_iq:metrics"))
+
+    assert response.status_code == 501
