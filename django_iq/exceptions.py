@@ -35,3 +35,7 @@ class LeadershipLost(IQError):
 
 class WorkerLost(IQError):
     """Recorded (never raised) when recovery finds an entry's worker dead or no longer holding it."""
+
+
+class EntryCancelled(IQError):
+    """Recorded (never raised) on the result of a task whose entry was cancelled before it ran."""

@@ -393,13 +393,8 @@ class EntryManager(models.Manager["Entry"]):
         worker is computing them. Who cancelled is the caller's to record (the admin and the API
         write Django's admin log).
         """
-        ids = list(ids)
-        db = router.db_for_write(self.model)
-        with transaction.atomic(using=db):
-            rows = self._on(db).filter(pk__in=ids)
-            locked = rows.filter(self.get_queryset()._locked()).count()
-            cancelled = rows.exclude(self.get_queryset()._locked()).delete()[0]
-        return cancelled, locked
+        cancelled, refused = self.cancel_returning(ids)
+        return len(cancelled), len(refused)
 
     def cancel_returning(self, ids: Iterable[int]) -> tuple[list[Entry], list[int]]:
         """Cancel as ``cancel`` does; return the entries deleted and the ids refused as running.
@@ -425,6 +420,9 @@ class EntryManager(models.Manager["Entry"]):
             cancelled = [entry for entry in rows if entry.lock_key not in held]
             if cancelled:
                 self._on(db).filter(pk__in=[entry.pk for entry in cancelled]).delete()
+                result_ids = [e.result_id for e in cancelled if e.result_id is not None]
+                if result_ids:
+                    iq.Result.objects.db_manager(db).record_cancelled(result_ids, timezone.now())
         return cancelled, [entry.pk for entry in rows if entry.lock_key in held]
 
     def oldest_waiting(self) -> dict[str, datetime]:

@@ -47,6 +47,24 @@ class ResultManager(models.Manager["Result"]):
         row.finished_at = now if final else None
         row.save(update_fields=["errors", "status", "finished_at"])
 
+    def record_cancelled(self, result_ids: list[str], now: datetime) -> int:
+        """Finish the results of cancelled entries as FAILED with an ``EntryCancelled`` error,
+        so ``get_result()`` reports that the task will not run. Return results changed."""
+        changed = 0
+        for row in self.select_for_update().filter(pk__in=result_ids, status="READY"):
+            row.errors = [
+                *row.errors,
+                {
+                    "exception_class_path": "django_iq.exceptions.EntryCancelled",
+                    "traceback": "The entry was cancelled before it ran.",
+                },
+            ]
+            row.status = "FAILED"
+            row.finished_at = now
+            row.save(update_fields=["errors", "status", "finished_at"])
+            changed += 1
+        return changed
+
     def prune(self, older_than: datetime, batch_size: int) -> int:
         """Delete up to ``batch_size`` finished results that finished before ``older_than``."""
         ids = list(

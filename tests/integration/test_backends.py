@@ -230,3 +230,19 @@ def test_task_decorator_accepts_django_iq_options() -> None:
     tasks.post_to_ledger.enqueue(10)
     entry = Entry.objects.get()
     assert (entry.max_attempts, entry.group_key, entry.lock_key) == (1, "ledger", "g:ledger")
+
+
+def test_a_cancelled_task_reports_failed_with_the_reason() -> None:
+    result = tasks.add.enqueue(1, 2)
+    entry = Entry.objects.get(result_id=result.id)
+
+    assert Entry.objects.cancel([entry.pk]) == (1, 0)
+
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.finished_at is not None
+    assert [error.exception_class_path for error in result.errors] == [
+        "django_iq.exceptions.EntryCancelled"
+    ]
+    drain()
+    assert not JobRun.objects.exists(), "a cancelled task never runs"
