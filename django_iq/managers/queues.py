@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count
 
 from django_iq.conf import iq_settings
 from django_iq.exceptions import QueueNotFound
@@ -115,23 +115,30 @@ class QueueManager(models.Manager["Queue"]):
         """Return per-queue counts of every entry state, stored and inferred."""
         from django_iq import models as iq
 
-        pending = Q(state=iq.EntryState.PENDING)
         entries = iq.Entry.objects.all()
         if names is not None:
             entries = entries.filter(queue_id__in=names)
-        rows = (
-            entries.annotate(locked=Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key"))))
-            .values("queue")
-            .annotate(
-                initial=Count("pk", filter=Q(state=iq.EntryState.INITIAL)),
-                pending=Count("pk", filter=pending),
-                disabled=Count("pk", filter=Q(state=iq.EntryState.DISABLED)),
-                computing=Count("pk", filter=pending & Q(locked=True)),
-                awaiting_compute=Count("pk", filter=pending & Q(locked=False)),
-            )
+        # Stored states: one GROUP BY that the (state, queue, ...) index answers on its own.
+        counts: dict[str, dict[str, int]] = {}
+        for queue_name, state, n in (
+            entries.values("queue", "state")
+            .annotate(n=Count("pk"))
             .order_by()
-        )
-        counts: dict[str, dict[str, Any]] = {str(row["queue"]): dict(row.items()) for row in rows}
+            .values_list("queue", "state", "n")
+        ):
+            counts.setdefault(str(queue_name), {})[str(state)] = int(n)
+        # Computing: read from the lock side, a table as small as the work running now.
+        computing: dict[str, int] = {
+            str(queue_name): int(n)
+            for queue_name, n in entries.filter(
+                state=iq.EntryState.PENDING,
+                lock_key__in=iq.GroupLock.objects.values("key"),
+            )
+            .values("queue")
+            .annotate(n=Count("pk"))
+            .order_by()
+            .values_list("queue", "n")
+        }
         failed: dict[str, int] = dict(
             iq.EntryError.objects.failed()
             .values("queue")
@@ -143,15 +150,19 @@ class QueueManager(models.Manager["Queue"]):
         result = []
         for queue in queues.order_by("name"):
             row = counts.get(queue.name, {})
+            pending = row.get(iq.EntryState.PENDING, 0)
+            # Two statements, two snapshots: a claim committed between them must not make the
+            # counts contradict each other, so computing never exceeds pending.
+            running = min(computing.get(queue.name, 0), pending)
             result.append(
                 QueueStats(
                     queue=queue.name,
                     is_paused=queue.is_paused,
-                    initial=row.get("initial", 0),
-                    pending=row.get("pending", 0),
-                    disabled=row.get("disabled", 0),
-                    computing=row.get("computing", 0),
-                    awaiting_compute=row.get("awaiting_compute", 0),
+                    initial=row.get(iq.EntryState.INITIAL, 0),
+                    pending=pending,
+                    disabled=row.get(iq.EntryState.DISABLED, 0),
+                    computing=running,
+                    awaiting_compute=pending - running,
                     failed=failed.get(queue.name, 0),
                 )
             )

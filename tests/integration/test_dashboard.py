@@ -465,11 +465,11 @@ def _queries(action: Callable[[], object]) -> int:
 
 
 @pytest.mark.django_db
-def test_dashboard_data_takes_six_queries(django_assert_num_queries: Any) -> None:
+def test_dashboard_data_takes_seven_queries(django_assert_num_queries: Any) -> None:
     EntryFactory()
     WorkerFactory()
 
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         dashboard_data(timezone.now())
 
 

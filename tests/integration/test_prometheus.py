@@ -288,7 +288,7 @@ def test_collector_registers_in_another_registry_without_querying(
 
 
 @pytest.mark.django_db
-def test_a_scrape_takes_six_queries_whatever_the_data(
+def test_a_scrape_takes_seven_queries_whatever_the_data(
     django_assert_num_queries: Any,
 ) -> None:
     for index in range(5):
@@ -298,7 +298,7 @@ def test_a_scrape_takes_six_queries_whatever_the_data(
         EntryErrorFactory(queue=queue)
     WorkerFactory.create_batch(4)
 
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         snapshot = read_snapshot(timezone.now())
 
     assert len(snapshot.stats) == 5
