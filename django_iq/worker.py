@@ -9,10 +9,11 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from types import FrameType
 
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 
 from django_iq.conf import iq_settings
@@ -36,6 +37,42 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 def default_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class ClaimGate:
+    """Lets scheduling passes run side by side, and lets one change of identity wait for the
+    passes under way and hold new ones back (a readers-writer lock, readers first-come)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._passes = 0
+        self._closed = False
+
+    @contextmanager
+    def scheduling_pass(self) -> Iterator[None]:
+        with self._condition:
+            while self._closed:
+                self._condition.wait()
+            self._passes += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._passes -= 1
+                self._condition.notify_all()
+
+    @contextmanager
+    def closed(self) -> Iterator[None]:
+        with self._condition:
+            self._closed = True
+            while self._passes:
+                self._condition.wait()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._closed = False
+                self._condition.notify_all()
 
 
 class WorkerProcess:
@@ -87,6 +124,8 @@ class WorkerProcess:
         # Locks of claims handed over and not yet finished, reported with each heartbeat.
         self._held: set[int] = set()
         self._held_lock = threading.Lock()
+        self._gate = ClaimGate()
+        self._schedulers: list[Scheduler] = []
 
     # -- counters ---------------------------------------------------------------------------
 
@@ -110,17 +149,10 @@ class WorkerProcess:
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             self.install_signal_handlers()
         autodiscover()
-        self.worker = with_db_retry(
-            lambda: Worker.objects.register(
-                name=self.name,
-                role=Worker.Role.WORKER,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                queues=self.queues or [],
-                processing_threads=self.processing_threads,
-            ),
-            "register",
-        )
+        self.worker = with_db_retry(self._register, "register")
+        # The main thread only waits from here on: an idle connection kept open would be found
+        # dead at shutdown after any database restart.
+        connections.close_all()
         logger.info(
             "worker started name=%s queues=%s processing_threads=%s scheduling_threads=%s burst=%s",
             self.name,
@@ -137,6 +169,37 @@ class WorkerProcess:
         while not self.stopping.wait(0.2):
             pass
         return self._shutdown()
+
+    def _register(self) -> Worker:
+        return Worker.objects.register(
+            name=self.name,
+            role=Worker.Role.WORKER,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues or [],
+            processing_threads=self.processing_threads,
+        )
+
+    def _rejoin(self) -> None:
+        """Start over under a fresh ``Worker`` row after being declared dead.
+
+        Heartbeats that could not reach the database for ``WORKER_SILENT_AFTER_SECONDS`` (a
+        database outage, a network partition, a paused VM) make the leader declare this worker
+        dead and recover its claims. Claiming waits while the row is replaced, so no new claim
+        is made under the dead row. Jobs still running finish; their success still removes the
+        entry (``complete`` reports the lost lock, which is logged).
+        """
+        with self._gate.closed():
+            worker = self._register()
+            self.worker = worker
+            for scheduler in self._schedulers:
+                scheduler.worker = worker
+        logger.warning(
+            "worker was declared dead (no heartbeat for %ss); its claims were recovered; "
+            "registered again name=%s",
+            iq_settings.WORKER_SILENT_AFTER_SECONDS,
+            self.name,
+        )
 
     def stop(self) -> None:
         """Begin a graceful stop (what SIGTERM does)."""
@@ -207,13 +270,23 @@ class WorkerProcess:
         return len(lock_ids)
 
     def _mark_stopped(self) -> None:
-        if self.worker is not None:
+        if self.worker is None:
+            return
+        worker = self.worker
+        for last_try in (False, True):
             try:
+                refresh_connections()
                 self.tally.flush()
-                Worker.objects.stop(self.worker)
+                Worker.objects.stop(worker)
+                break
+            except (OperationalError, InterfaceError):  # a connection the database dropped
+                connections.close_all()
+                if last_try:
+                    logger.exception("could not mark worker stopped name=%s", self.name)
             except Exception:  # best effort: the heartbeat going silent says the same
                 logger.exception("could not mark worker stopped name=%s", self.name)
-            connections.close_all()
+                break
+        connections.close_all()
 
     # -- threads ----------------------------------------------------------------------------
 
@@ -228,13 +301,15 @@ class WorkerProcess:
             idle_threads=self.idle_threads,
             hand_over=self._hand_over,
         )
+        self._schedulers.append(scheduler)
         try:
             while not self.stopping.is_set():
                 # Taken before the pass: a claim of ours that finished during the pass may have
                 # released a group whose other entries the pass saw as locked.
                 idle_before = self._finished_locally()
                 try:
-                    result = scheduler.run_once()
+                    with self._gate.scheduling_pass():
+                        result = scheduler.run_once()
                 except Exception:  # a loop supervisor: log, back off, go on
                     logger.exception("scheduling pass failed name=%s", self.name)
                     connections.close_all()
@@ -315,9 +390,8 @@ class WorkerProcess:
                         held_lock_ids=self.held_locks(),
                         held_at=held_at,
                     )
-                    if not alive:
-                        logger.error("worker declared dead or removed name=%s; stopping", self.name)
-                        self.stop()
+                    if not alive and not self.stopping.is_set():
+                        self._rejoin()
                     self.tally.flush()
                 except Exception:  # heartbeats resume when the database is back
                     logger.exception("heartbeat failed name=%s", self.name)

@@ -166,3 +166,28 @@ def test_a_stop_request_reaching_children_as_they_start_still_exits_zero() -> No
     assert code == 0, output
     assert "Traceback" not in output
     assert not Worker.objects.filter(stopped_at__isnull=True).exists()
+
+
+def test_a_worker_declared_dead_while_alive_registers_again_and_goes_on() -> None:
+    # What the leader does when heartbeats stop reaching the database (an outage, a partition).
+    worker = start_command("runworker", "--threads", "1")
+    row = wait_until(
+        lambda: Worker.objects.filter(pid=worker.pid, stopped_at__isnull=True).first(),
+        message="the worker to register",
+    )
+    assert isinstance(row, Worker)
+    Worker.objects.mark_stopped(Worker.objects.filter(pk=row.pk), died=True)
+
+    wait_until(
+        lambda: Worker.objects.filter(name=row.name, stopped_at__isnull=True).exists(),
+        message="the worker to register again",
+    )
+    record.enqueue("after-rejoin")
+    wait_until(lambda: JobRun.objects.filter(token="after-rejoin").exists(), message="the job")
+    worker.send_signal(signal.SIGTERM)
+    code, output = finish(worker, 60)
+
+    assert code == 0, output
+    assert "registered again" in output
+    assert JobRun.objects.get(token="after-rejoin").pid == worker.pid
+    assert Worker.objects.get(name=row.name).stopped_at is not None
