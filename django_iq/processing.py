@@ -17,6 +17,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from django_iq import signals
+from django_iq.acks import Ack, AckWriter
 from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections
 from django_iq.exceptions import JobNotRegistered
@@ -91,13 +92,25 @@ class ClaimResult:
 
 
 class Processor:
-    """Runs claims handed over by a scheduling thread, one entry at a time."""
+    """Runs claims handed over by a scheduling thread, one entry at a time.
+
+    With an ``AckWriter``, successes are written in batches by the writer's thread; without
+    one, each is written before the next entry starts. ``on_released(claim)`` is called once
+    the claim is fully written (its lock deleted or released), whichever way that happens.
+    """
 
     def __init__(
-        self, worker_name: str, on_finished: Callable[[str, float, bool], None] | None = None
+        self,
+        worker_name: str,
+        on_finished: Callable[[str, float, bool], None] | None = None,
+        *,
+        acks: AckWriter | None = None,
+        on_released: Callable[[Claim], None] | None = None,
     ) -> None:
         self.worker_name = worker_name
         self.on_finished = on_finished
+        self.acks = acks
+        self.on_released = on_released
 
     def run_claim(self, claim: Claim, should_stop: Callable[[], bool]) -> ClaimResult:
         """Run the claim's entries in order; the last outcome written also deletes the lock.
@@ -106,28 +119,37 @@ class Processor:
         is released, so another worker takes them.
         """
         result = ClaimResult()
+        deferred = False
         for index, entry in enumerate(claim.entries):
             remaining = claim.entries[index + 1 :]
             if index and should_stop():
                 with_db_retry(lambda: GroupLock.objects.release([claim.lock_id]), "release")
                 result.released = len(claim.entries) - index
-                return result
+                break
             lock_id = None if remaining else claim.lock_id
             if index:
                 # Recovery counts an attempt on the lock's entry: point it at the one running.
                 with_db_retry(partial(GroupLock.objects.track, claim.lock_id, entry.pk), "track")
             started = time.monotonic()
-            ok = self.run_entry(entry, lock_id)
+            ok, deferred = self._run_entry(entry, lock_id, claim)
             if ok:
                 result.done += 1
             else:
                 result.failed += 1
             if self.on_finished is not None:
                 self.on_finished(claim.queue, time.monotonic() - started, ok)
+        if not deferred and self.on_released is not None:
+            self.on_released(claim)
         return result
 
     def run_entry(self, entry: Entry, lock_id: int | None) -> bool:
         """Run one entry and record the outcome; return True on success."""
+        return self._run_entry(entry, lock_id, None)[0]
+
+    def _run_entry(
+        self, entry: Entry, lock_id: int | None, claim: Claim | None
+    ) -> tuple[bool, bool]:
+        """Run one entry; return (succeeded, lock release left to the ack writer)."""
         refresh_connections()
         started = time.monotonic()
         job: Job[Any, Any] | None = None
@@ -136,7 +158,7 @@ class Processor:
         except JobNotRegistered as exc:
             self._log_failure(entry, exc)
             self._record_failure(entry, lock_id, None, exc)
-            return False
+            return False, False
         _observe(signals.entry_started, entry=entry, worker_name=self.worker_name)
         logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
         try:
@@ -147,7 +169,10 @@ class Processor:
             # failure, and the thread must survive it.
             self._log_failure(entry, exc)
             self._record_failure(entry, lock_id, job, exc)
-            return False
+            return False, False
+        if self.acks is not None and self._may_defer(entry, claim):
+            self.acks.put(Ack(entry, lock_id, self._written_callback(entry, claim, started)))
+            return True, True
         refresh_connections()
         lock_held = with_db_retry(
             lambda: Entry.objects.complete(entry, lock_id, return_value=return_value), "complete"
@@ -164,7 +189,37 @@ class Processor:
             worker_name=self.worker_name,
             duration_seconds=time.monotonic() - started,
         )
-        return True
+        return True, False
+
+    def _may_defer(self, entry: Entry, claim: Claim | None) -> bool:
+        """Whether this success may be left to the ack writer: a claim of one entry (a later
+        entry of a group claim must not release the lock before an earlier one's delete is
+        written), with no Tasks result or cron run to record alongside."""
+        return (
+            self.acks is not None
+            and claim is not None
+            and len(claim.entries) == 1
+            and entry.result_id is None
+            and entry.cron_job_id is None
+        )
+
+    def _written_callback(
+        self, entry: Entry, claim: Claim | None, started: float
+    ) -> Callable[[bool], None]:
+        duration = time.monotonic() - started
+
+        def written(ok: bool) -> None:
+            if ok:
+                _observe(
+                    signals.entry_finished,
+                    entry=entry,
+                    worker_name=self.worker_name,
+                    duration_seconds=duration,
+                )
+            if claim is not None and self.on_released is not None:
+                self.on_released(claim)
+
+        return written
 
     def _log_failure(self, entry: Entry, exc: BaseException) -> None:
         """A failure that will be retried is a WARNING without traceback (the error record has

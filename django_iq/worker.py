@@ -16,6 +16,7 @@ from types import FrameType
 from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 
+from django_iq.acks import AckWriter
 from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections
 from django_iq.governor import ResourceGovernor
@@ -125,6 +126,9 @@ class WorkerProcess:
         self._held: set[int] = set()
         self._held_lock = threading.Lock()
         self._gate = ClaimGate()
+        # Successes written in batches (one transaction for many jobs) by a thread of its own.
+        self.acks = AckWriter()
+        self.ack_backlog_limit = max(64, 8 * self.processing_threads)
         self._schedulers: list[Scheduler] = []
 
     # -- counters ---------------------------------------------------------------------------
@@ -134,7 +138,11 @@ class WorkerProcess:
         return self._busy
 
     def idle_threads(self) -> int:
-        """Processing threads neither running a claim nor already promised a queued one."""
+        """Processing threads neither running a claim nor already promised a queued one; none
+        while too many successes wait for the ack writer (the database is slow or away, and
+        every one of them holds a lock)."""
+        if self.acks.pending() >= self.ack_backlog_limit:
+            return 0
         return max(0, self.processing_threads - self._busy - self.handover.qsize())
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -161,6 +169,7 @@ class WorkerProcess:
             self.scheduling_threads,
             self.burst,
         )
+        self.acks.start()
         for index in range(self.processing_threads):
             self._start(self._processing_loop, f"iq-processing-{index}")
         for index in range(self.scheduling_threads):
@@ -191,6 +200,11 @@ class WorkerProcess:
         """
         with self._gate.closed():
             worker = self._register()
+            # Claims still held here (running, or waiting for the ack writer) that recovery has
+            # not released yet are this worker's again, so recovery leaves them alone.
+            held = self.held_locks()
+            if held:
+                GroupLock.objects.adopt(held, worker)
             self.worker = worker
             for scheduler in self._schedulers:
                 scheduler.worker = worker
@@ -242,6 +256,9 @@ class WorkerProcess:
         for thread in processors:
             thread.join(max(0.0, deadline - time.monotonic()))
         abandoned = sum(thread.is_alive() for thread in processors)
+        # Jobs that finished are written before the worker is marked stopped (which would hand
+        # their locks to recovery and run them again).
+        self.acks.close()
         self._mark_stopped()
         logger.info(
             "worker stopped name=%s processed=%s failed=%s released=%s abandoned=%s",
@@ -334,6 +351,11 @@ class WorkerProcess:
         with self._held_lock:
             self._held.discard(claim.lock_id)
 
+    def _released(self, claim: Claim) -> None:
+        """A claim is fully written: stop reporting its lock, and let the schedulers look."""
+        self._forget(claim)
+        self.wake.set()
+
     def held_locks(self) -> list[int]:
         with self._held_lock:
             return sorted(self._held)
@@ -349,7 +371,9 @@ class WorkerProcess:
         self.tally.add(queue, seconds, ok)
 
     def _processing_loop(self) -> None:
-        processor = Processor(self.name, on_finished=self._on_finished)
+        processor = Processor(
+            self.name, on_finished=self._on_finished, acks=self.acks, on_released=self._released
+        )
         try:
             while True:
                 claim = self.handover.get()
@@ -358,14 +382,16 @@ class WorkerProcess:
                 with self._busy_lock:
                     self._busy += 1
                 try:
+                    # The processor calls _released(claim) once the claim is written: at once,
+                    # or from the ack writer for a success written in a batch.
                     result = processor.run_claim(claim, self.stopping.is_set)
                     with self._busy_lock:
                         self.processed += result.done
                         self.failed += result.failed
                 except Exception:  # a loop supervisor: the claim's lock is left for recovery
                     logger.exception("processing failed name=%s lock=%s", self.name, claim.lock_key)
-                finally:
                     self._forget(claim)
+                finally:
                     with self._busy_lock:
                         self._busy -= 1
                     self.wake.set()

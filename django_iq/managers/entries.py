@@ -288,6 +288,31 @@ class EntryManager(models.Manager["Entry"]):
                 return True
             return iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()[0] > 0
 
+    def complete_many(self, done: Sequence[tuple[Entry, int | None]]) -> set[int]:
+        """Delete many finished entries and the given locks in one transaction; return the lock
+        ids that were already gone (recovery released them while their jobs ran).
+
+        Entry rows go first, as in ``complete``. For entries without a Tasks result or a cron
+        job (those have bookkeeping of their own: use ``complete``).
+        """
+        from django_iq import models as iq
+
+        db = router.db_for_write(self.model)
+        if any(e.result_id is not None or e.cron_job_id is not None for e, _ in done):
+            raise ValueError("complete_many() takes entries without a Tasks result or cron job")
+        entry_ids = [entry.pk for entry, _ in done]
+        lock_ids = [lock_id for _, lock_id in done if lock_id is not None]
+        with transaction.atomic(using=db):
+            if entry_ids:
+                self._on(db).filter(pk__in=entry_ids).delete()
+            if not lock_ids:
+                return set()
+            locks = iq.GroupLock.objects.using(db).filter(pk__in=lock_ids)
+            found = set(locks.values_list("pk", flat=True))
+            if found:
+                iq.GroupLock.objects.using(db).filter(pk__in=found).delete()
+        return set(lock_ids) - found
+
     def _after_cron_run(self, entry: Entry, now: datetime) -> None:
         """Record a cron entry's run and create the next one, in the caller's transaction."""
         from django_iq import models as iq

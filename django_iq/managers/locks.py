@@ -11,6 +11,7 @@ from django.db import models
 if TYPE_CHECKING:
     from django_iq.models import (
         GroupLock,
+        Worker,
     )
 
 
@@ -21,6 +22,11 @@ class GroupLockManager(models.Manager["GroupLock"]):
         if not ids:
             return 0
         return self.filter(pk__in=ids).delete()[0]
+
+    def adopt(self, lock_ids: Iterable[int], worker: Worker) -> int:
+        """Give ``worker`` the given locks that have no worker (their worker's row was stopped
+        or replaced) and that recovery has not released yet; return how many it took."""
+        return self.filter(pk__in=list(lock_ids), worker__isnull=True).update(worker=worker)
 
     def track(self, lock_id: int, entry_id: int) -> None:
         """Record that the claim under ``lock_id`` has moved on to entry ``entry_id``."""
