@@ -48,6 +48,7 @@ class AckWriter:
         self._pending: list[Ack] = []
         self._condition = threading.Condition()
         self._closing = False
+        self._writing = 0  # acknowledgements taken from _pending, not yet written
         self._thread: threading.Thread | None = None
         self.written = 0
 
@@ -61,8 +62,9 @@ class AckWriter:
             self._condition.notify()
 
     def pending(self) -> int:
+        """Acknowledgements not yet written, the batch being written included."""
         with self._condition:
-            return len(self._pending)
+            return len(self._pending) + self._writing
 
     def close(self, timeout: float = 30.0) -> None:
         """Write what is pending, then stop the thread (waits at most ``timeout`` seconds)."""
@@ -82,7 +84,15 @@ class AckWriter:
                         return
                     batch = self._pending[: self.batch_size]
                     del self._pending[: len(batch)]
-                self._write(batch)
+                    self._writing = len(batch)
+                try:
+                    self._write(batch)
+                except Exception:  # the thread must outlive any bug: its claims would hang
+                    logger.exception("ack writer failed on %s finished jobs", len(batch))
+                    self._release(batch, written=False)
+                finally:
+                    with self._condition:
+                        self._writing = 0
         finally:
             connections.close_all()
 
@@ -117,9 +127,10 @@ class AckWriter:
                 # Short waits: while successes wait, their entries stay locked and claiming
                 # stops, so the batch is written as soon as the database answers again.
                 time.sleep(min(1.0, 0.1 * attempt))
-            except Exception:  # never lose the thread: the claims are released for recovery
-                logger.exception("could not write %s finished jobs", len(batch))
-                self._release(batch, written=False)
+            except Exception:  # one bad row must not cost the batch: write them one by one
+                logger.exception("could not write %s finished jobs together", len(batch))
+                connections.close_all()
+                self._write_one_by_one(batch)
                 return
         self.written += len(batch)
         for ack in batch:
@@ -131,11 +142,32 @@ class AckWriter:
                 )
         self._release(batch, written=True)
 
+    def _write_one_by_one(self, batch: list[Ack]) -> None:
+        for ack in batch:
+            try:
+                refresh_connections()
+                if not Entry.objects.complete(ack.entry, ack.lock_id):
+                    logger.warning(
+                        "lock lost entry=%s job=%s: recovery released it while it ran",
+                        ack.entry.pk,
+                        ack.entry.job_name,
+                    )
+            except Exception:
+                logger.exception(
+                    "could not write the success of entry=%s; it runs again after recovery",
+                    ack.entry.pk,
+                )
+                connections.close_all()
+                self._release([ack], written=False)
+            else:
+                self.written += 1
+                self._release([ack], written=True)
+
     @staticmethod
     def _release(batch: list[Ack], *, written: bool) -> None:
         for ack in batch:
             if ack.on_written is not None:
                 try:
                     ack.on_written(written)
-                except Exception:  # a callback must not stop the other acknowledgements
+                except BaseException:  # a callback (a signal receiver) must not stop the writer
                     logger.exception("acknowledgement callback failed entry=%s", ack.entry.pk)

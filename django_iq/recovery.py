@@ -67,8 +67,21 @@ class RecoveryDuty:
                 continue
             logger.warning("stuck lock=%s worker=%s: %s", lock.key, lock.worker_id, reason)
             with fence():
-                if not GroupLock.objects.filter(pk=lock.pk).exists():
-                    continue  # finished or released since it was read
+                # Diagnose again with the lock row locked: since it was read, it may have been
+                # finished or released, or adopted by its worker registering again.
+                current = GroupLock.objects.select_for_update().filter(pk=lock.pk).first()
+                if current is None:
+                    continue
+                now_silent = set(
+                    silent.filter(pk=current.worker_id).values_list("pk", flat=True)
+                    if current.worker_id is not None
+                    else []
+                )
+                reason = diagnose(current, now_silent, margin)
+                if reason is None:
+                    logger.info("lock=%s is held again by worker=%s", lock.key, current.worker_id)
+                    continue
+                lock = current
                 outcome = GroupLock.objects.recover(
                     lock, reason, decay_step=iq_settings.PRIORITY_DECAY_STEP, now=now
                 )

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError, connections, router, transaction
 from django.utils import timezone
 
 from django_iq.acks import AckWriter
@@ -111,6 +111,9 @@ class WorkerProcess:
         self.tally = Tally()
         self.handover: queue_module.Queue[Claim | None] = queue_module.Queue()
         self.stopping = threading.Event()
+        # Heartbeats go on through a graceful stop, until the worker marks itself stopped:
+        # jobs finishing within the grace period must not look like a dead worker's.
+        self._heartbeats_end = threading.Event()
         self.wake = threading.Event()
         self._busy = 0
         self._busy_lock = threading.Lock()
@@ -199,12 +202,13 @@ class WorkerProcess:
         entry (``complete`` reports the lost lock, which is logged).
         """
         with self._gate.closed():
-            worker = self._register()
-            # Claims still held here (running, or waiting for the ack writer) that recovery has
-            # not released yet are this worker's again, so recovery leaves them alone.
-            held = self.held_locks()
-            if held:
-                GroupLock.objects.adopt(held, worker)
+            with transaction.atomic(using=router.db_for_write(Worker)):
+                worker = self._register()
+                # Claims still held here (running, or waiting for the ack writer) that recovery
+                # has not released yet are this worker's again, so recovery leaves them alone.
+                held = self.held_locks()
+                if held:
+                    GroupLock.objects.adopt(held, worker)
             self.worker = worker
             for scheduler in self._schedulers:
                 scheduler.worker = worker
@@ -235,6 +239,8 @@ class WorkerProcess:
             self.stop()
         else:
             logger.warning("stopping at once name=%s signal=%s", self.name, signum)
+            self.acks.close(timeout=2.0)  # successes already in hand: write them if it is quick
+            self._heartbeats_end.set()
             self._release_unstarted()
             self._mark_stopped()
             os._exit(EXIT_ABANDONED)
@@ -259,6 +265,10 @@ class WorkerProcess:
         # Jobs that finished are written before the worker is marked stopped (which would hand
         # their locks to recovery and run them again).
         self.acks.close()
+        self._heartbeats_end.set()
+        for thread in self._threads:
+            if thread.name == "iq-heartbeat":
+                thread.join(10.0)
         self._mark_stopped()
         logger.info(
             "worker stopped name=%s processed=%s failed=%s released=%s abandoned=%s",
@@ -402,7 +412,7 @@ class WorkerProcess:
         if self.worker is None:
             raise RuntimeError("run() registers the worker before starting threads")
         try:
-            while not self.stopping.wait(iq_settings.HEARTBEAT_INTERVAL_SECONDS):
+            while not self._heartbeats_end.wait(iq_settings.HEARTBEAT_INTERVAL_SECONDS):
                 decision = self.governor.last
                 try:
                     refresh_connections()

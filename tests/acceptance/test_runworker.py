@@ -191,3 +191,29 @@ def test_a_worker_declared_dead_while_alive_registers_again_and_goes_on() -> Non
     assert "registered again" in output
     assert JobRun.objects.get(token="after-rejoin").pid == worker.pid
     assert Worker.objects.get(name=row.name).stopped_at is not None
+
+
+def test_heartbeats_go_on_while_a_stopping_worker_finishes_its_job(tmp_path: Path) -> None:
+    # Otherwise a job running through the grace period looks like a dead worker's, and recovery
+    # hands it to another worker while it still runs.
+    release = tmp_path / "release"
+    wait_for_file.enqueue("graceful", str(release))
+    worker = start_command("runworker", "--threads", "1")
+    wait_until(lambda: started("graceful"), message="the job to start")
+    worker.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping name=" in worker.output(), message="the stop to begin")
+    row = Worker.objects.get(pid=worker.pid)
+    beat = row.heartbeat_at
+
+    wait_until(
+        lambda: Worker.objects.get(pk=row.pk).heartbeat_at > beat,
+        timeout=10,
+        message="a heartbeat after the stop began",
+    )
+    assert worker.poll() is None and Worker.objects.get(pk=row.pk).stopped_at is None
+    release.touch()
+    code, output = finish(worker, 60)
+
+    assert code == 0, output
+    assert Worker.objects.get(pk=row.pk).stopped_at is not None
+    assert not Entry.objects.exists() and not GroupLock.objects.exists()

@@ -138,3 +138,20 @@ def test_a_worker_writes_every_success_before_it_exits() -> None:
     assert worker.acks.written == 200, "every success went through the batch writer"
     assert not Entry.objects.exists() and not GroupLock.objects.exists()
     assert Worker.objects.get(name=worker.name).stopped_at is not None
+
+
+def test_a_batch_the_database_refuses_is_written_one_by_one() -> None:
+    EntryFactory.create_batch(3)
+    claims = claim_all(WorkerFactory())
+    outcomes: list[bool] = []
+    writer = AckWriter()
+    for claim in claims:
+        writer.put(Ack(claim.entries[0], claim.lock_id, outcomes.append))
+    with mock.patch.object(
+        type(Entry.objects), "complete_many", side_effect=ValueError("a bad row")
+    ):
+        writer.start()
+        writer.close()
+
+    assert outcomes == [True, True, True] and writer.written == 3
+    assert not Entry.objects.exists() and not GroupLock.objects.exists()
