@@ -66,3 +66,18 @@ def kill_worker() -> None:
     """Kill the process running it, as a segfault or an OOM kill would."""
     JobRun.objects.create(token=f"kill:{os.getpid()}", pid=os.getpid())
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job(max_attempts=5)
+def record_idempotent(token: str, seconds: float = 0.0) -> str:
+    """Record a run the way a real idempotent job would: running it again changes nothing.
+
+    For fault tests, where a database cut can leave a write committed but unacknowledged, so a
+    retry of the same entry is expected (at least once) and must not fail.
+    """
+    if seconds:
+        time.sleep(seconds)
+    JobRun.objects.get_or_create(
+        token=token, defaults={"finished_at": time.time(), "pid": os.getpid()}
+    )
+    return token
