@@ -30,6 +30,13 @@ logger = logging.getLogger(__name__)
 ACK_BATCH_SIZE = 500
 
 
+def log_lock_lost(entry: Entry) -> None:
+    """A success written after recovery had released the entry's lock (see ``complete``)."""
+    logger.warning(
+        "lock lost entry=%s job=%s: recovery released it while it ran", entry.pk, entry.job_name
+    )
+
+
 @dataclass
 class Ack:
     """A finished job whose success is still to be written."""
@@ -135,11 +142,7 @@ class AckWriter:
         self.written += len(batch)
         for ack in batch:
             if ack.lock_id is not None and ack.lock_id in lost:
-                logger.warning(
-                    "lock lost entry=%s job=%s: recovery released it while it ran",
-                    ack.entry.pk,
-                    ack.entry.job_name,
-                )
+                log_lock_lost(ack.entry)
         self._release(batch, written=True)
 
     def _write_one_by_one(self, batch: list[Ack]) -> None:
@@ -147,12 +150,8 @@ class AckWriter:
             try:
                 refresh_connections()
                 if not Entry.objects.complete(ack.entry, ack.lock_id):
-                    logger.warning(
-                        "lock lost entry=%s job=%s: recovery released it while it ran",
-                        ack.entry.pk,
-                        ack.entry.job_name,
-                    )
-            except Exception:
+                    log_lock_lost(ack.entry)
+            except Exception:  # safe: the claim is released below, and recovery reruns the entry
                 logger.exception(
                     "could not write the success of entry=%s; it runs again after recovery",
                     ack.entry.pk,

@@ -41,7 +41,7 @@ class Tally:
             taken, self._tallies = self._tallies, {}
         try:
             QueueMinute.objects.record(taken)
-        except Exception:
+        except Exception:  # not swallowed: the counts go back for the next flush, then re-raised
             with self._lock:
                 for key, tally in taken.items():
                     self._merge(key, tally)

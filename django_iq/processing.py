@@ -17,7 +17,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.acks import Ack, AckWriter
+from django_iq.acks import Ack, AckWriter, log_lock_lost
 from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections
 from django_iq.exceptions import JobNotRegistered
@@ -178,11 +178,7 @@ class Processor:
             lambda: Entry.objects.complete(entry, lock_id, return_value=return_value), "complete"
         )
         if not lock_held:
-            logger.warning(
-                "lock lost entry=%s job=%s: recovery released it while it ran",
-                entry.pk,
-                entry.job_name,
-            )
+            log_lock_lost(entry)
         _observe(
             signals.entry_finished,
             entry=entry,

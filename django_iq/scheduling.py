@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -175,3 +176,39 @@ class Scheduler:
 
     def close(self) -> None:
         connections.close_all()
+
+
+class ClaimGate:
+    """Lets scheduling passes run side by side, and lets one change of identity wait for the
+    passes under way and hold new ones back (a readers-writer lock, readers first-come)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._passes = 0
+        self._closed = False
+
+    @contextmanager
+    def scheduling_pass(self) -> Iterator[None]:
+        with self._condition:
+            while self._closed:
+                self._condition.wait()
+            self._passes += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._passes -= 1
+                self._condition.notify_all()
+
+    @contextmanager
+    def closed(self) -> Iterator[None]:
+        with self._condition:
+            self._closed = True
+            while self._passes:
+                self._condition.wait()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._closed = False
+                self._condition.notify_all()

@@ -88,7 +88,7 @@ def _listing(
 
 def _entries() -> QuerySet[Entry]:
     """Every entry, annotated with ``is_locked``: whether its group lock is held."""
-    return Entry.objects.annotate(
+    return Entry.objects.get_queryset().annotate(
         is_locked=Exists(GroupLock.objects.filter(key=OuterRef("lock_key")))
     )
 

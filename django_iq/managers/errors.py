@@ -31,6 +31,39 @@ class EntryErrorManager(models.Manager["EntryError"]):
     def get_queryset(self) -> EntryErrorQuerySet:
         return EntryErrorQuerySet(self.model, using=self._db)
 
+    def record(
+        self,
+        entry: Entry,
+        *,
+        attempt: int,
+        exception_class: str,
+        message: str,
+        traceback: str = "",
+        worker_name: str,
+        now: datetime,
+        final: bool,
+    ) -> EntryError:
+        """Write the error record of ``entry``'s failed attempt: a copy of everything needed to
+        requeue it, plus what went wrong. Call it inside the outcome's transaction."""
+        return self.create(
+            entry_id=entry.pk,
+            queue_id=entry.queue_id,
+            job_name=entry.job_name,
+            args=entry.args,
+            kwargs=entry.kwargs,
+            priority=entry.priority,
+            group_key=entry.group_key,
+            max_attempts=entry.max_attempts,
+            attempt=attempt,
+            exception_class=exception_class[:255],
+            message=message,
+            traceback=traceback,
+            worker_name=worker_name[:200],
+            enqueued_at=entry.enqueued_at,
+            failed_at=now,
+            is_final=final,
+        )
+
     def failed(self) -> EntryErrorQuerySet:
         return self.get_queryset().failed()
 

@@ -51,22 +51,14 @@ class GroupLockManager(models.Manager["GroupLock"]):
         if entry is not None:
             attempt = entry.attempts + 1
             final = attempt >= entry.max_attempts
-            iq.EntryError.objects.create(
-                entry_id=entry.pk,
-                queue_id=entry.queue_id,
-                job_name=entry.job_name,
-                args=entry.args,
-                kwargs=entry.kwargs,
-                priority=entry.priority,
-                group_key=entry.group_key,
-                max_attempts=entry.max_attempts,
+            iq.EntryError.objects.record(
+                entry,
                 attempt=attempt,
                 exception_class="django_iq.exceptions.WorkerLost",
                 message=reason,
                 worker_name=lock.worker.name if lock.worker is not None else "",
-                enqueued_at=entry.enqueued_at,
-                failed_at=now,
-                is_final=final,
+                now=now,
+                final=final,
             )
             if entry.result_id is not None:
                 iq.Result.objects.record_failure(

@@ -81,7 +81,7 @@ def test_second_signal_stops_at_once_with_exit_code_one(tmp_path: Path) -> None:
     )
     # A signal within SAME_STOP_REQUEST_SECONDS of the first is the same request delivered twice
     # (parent and process group); an operator's second request comes later.
-    time.sleep(SAME_STOP_REQUEST_SECONDS + 0.1)
+    time.sleep(SAME_STOP_REQUEST_SECONDS + 0.1)  # the wait is what is tested: nothing to poll
     worker.send_signal(signal.SIGINT)
     code, output = finish(worker, 30)
 

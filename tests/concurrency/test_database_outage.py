@@ -55,7 +55,7 @@ def test_a_database_outage_loses_no_entry_and_stops_no_process(
     wait_until(lambda: JobRun.objects.count() >= JOBS // 5, timeout=60, message="work to start")
 
     proxy.cut()
-    time.sleep(outage_seconds)
+    time.sleep(outage_seconds)  # the outage's length is the parameter under test
     proxy.restore()
 
     wait_until(

@@ -16,7 +16,7 @@ def record(token: str, group_key: str = "", seconds: float = 0.0) -> str:
     """Insert one JobRun with start/end times; the unique token proves exactly-once."""
     started = time.time()
     if seconds:
-        time.sleep(seconds)
+        time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
     JobRun.objects.create(
         token=token,
         group_key=group_key,
@@ -51,7 +51,7 @@ def wait_for_file(token: str, path: str, timeout_seconds: float = 30.0) -> str:
     )
     deadline = time.monotonic() + timeout_seconds
     while not Path(path).exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.02)  # the job polls the file the test creates to release it
     JobRun.objects.create(token=token, finished_at=time.time(), pid=os.getpid())
     return token
 
@@ -76,7 +76,7 @@ def record_idempotent(token: str, seconds: float = 0.0) -> str:
     retry of the same entry is expected (at least once) and must not fail.
     """
     if seconds:
-        time.sleep(seconds)
+        time.sleep(seconds)  # the job's own work, so runs are under way when the test cuts in
     JobRun.objects.get_or_create(
         token=token, defaults={"finished_at": time.time(), "pid": os.getpid()}
     )

@@ -2,42 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-import logging
-from typing import Any
-
-from django.core.management.base import BaseCommand, CommandError
-
-from django_iq.models import Queue
-from django_iq.status import plural, unknown_queue_message
-
-logger = logging.getLogger(__name__)
+from django_iq.management.pausing import PauseCommand
 
 
-class Command(BaseCommand):
+class Command(PauseCommand):
     help = "Pause django_iq queues: workers stop claiming their entries; running ones finish."
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("queues", nargs="+", metavar="QUEUE", help="Queue names.")
-
-    def handle(self, *args: Any, **options: Any) -> None:
-        names = list(dict.fromkeys(options["queues"]))
-        message = unknown_queue_message(names)
-        if message:
-            raise CommandError(message)
-        changed = []
-        for name in names:
-            # A queue declared in settings or by a job may have no row yet.
-            Queue.objects.ensure(name)
-            if Queue.objects.pause(name):
-                changed.append(name)
-                logger.info("queue paused queue=%s source=iq_pause", name)
-        unchanged = [name for name in names if name not in changed]
-        if changed:
-            report = f"Paused {plural(len(changed), 'queue')}: {', '.join(changed)}."
-        else:
-            report = "No queue paused."
-        if unchanged:
-            report += f" Already paused: {', '.join(unchanged)}."
-        if options["verbosity"]:
-            self.stdout.write(report)
+    pause = True

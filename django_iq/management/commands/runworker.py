@@ -13,7 +13,8 @@ from django.db import router
 from django_iq.exceptions import QueueNotFound
 from django_iq.management.logconfig import configure_logging
 from django_iq.models import Entry, Queue
-from django_iq.worker import WorkerProcess, run_supervisor
+from django_iq.supervisor import run_supervisor
+from django_iq.worker import WorkerProcess
 
 
 def positive_int(value: str) -> int:
