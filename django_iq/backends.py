@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from django_iq import signals
+from django_iq.dbconn import with_db_retry
 from django_iq.exceptions import InvalidJobOptions, IQError
 from django_iq.models import Entry, EntryError, Result
 from django_iq.registry import Job, JobOptions, get_job, register, registered_jobs
@@ -89,8 +90,14 @@ class TaskJob(Job[Any, Any]):
     def invoke(self, entry: Entry, worker_name: str) -> Any:
         backend = cast("IQBackend", self.task.get_backend())
         if entry.result_id is not None:
-            Result.objects.record_start(entry.result_id, worker_name, timezone.now())
-            task_result = backend.get_result(entry.result_id)
+            # The queue's own writes, before the task's body: a database error here is retried,
+            # never charged to the task as a failed attempt.
+            result_id = entry.result_id
+            with_db_retry(
+                lambda: Result.objects.record_start(result_id, worker_name, timezone.now()),
+                "record start",
+            )
+            task_result = with_db_retry(lambda: backend.get_result(result_id), "read result")
         else:
             task_result = backend.result_for(self.task, entry, worker_name)
         task_started.send(sender=type(backend), task_result=task_result)

@@ -1,25 +1,86 @@
-"""Connection care for long-running threads: keep healthy connections, drop broken ones.
+"""Connection care for long-running threads: keep healthy connections, drop broken ones, and
+retry the queue's own writes through a database restart.
 
 Django's ``close_old_connections()`` is made for requests: with the default ``CONN_MAX_AGE = 0`` it
 closes the connection every time, which would make a worker reconnect for every job. Workers
-instead keep their connection and only replace one that has seen errors and no longer answers.
+instead keep their connection and replace one that has seen errors and no longer answers, or
+that the server has ended while it sat idle (``pg_terminate_backend``, a restart, a pooler),
+before the next job could find out by failing.
 """
 
 from __future__ import annotations
 
-from django.db import connections
+import logging
+import select
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import InterfaceError, OperationalError, connections
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DB_RETRY_ATTEMPTS = 6
 
 
 def refresh_connections() -> None:
-    """Close this thread's connections that errored and are no longer usable, or left a
-    transaction mode behind; healthy ones stay open."""
+    """Close this thread's connections that errored and are no longer usable, that the server
+    ended while they were idle, or that left a transaction mode behind; healthy ones stay open.
+
+    Called before each step of the queue's own (a claim, a job, an acknowledgement), so a
+    connection the server ended is replaced before a job's body could use it and fail: the
+    queue's connection errors are never charged to a job.
+    """
     for connection in connections.all(initialized_only=True):
         if connection.connection is None or connection.in_atomic_block:
             continue
         if connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
             connection.close()
-        elif connection.errors_occurred:
+        elif connection.errors_occurred or _server_spoke(connection.connection):
             if connection.is_usable():
                 connection.errors_occurred = False
             else:
                 connection.close()
+
+
+def _server_spoke(raw: Any) -> bool:
+    """True if an idle connection's socket has something to read: the server only writes to an
+    idle session to end it (the FATAL message and the close), so the session must be checked.
+
+    A poll of the socket, no round trip. Drivers that do not expose their socket (mysqlclient,
+    sqlite3) are not checked here; their errors are caught by ``with_db_retry`` instead.
+    """
+    fileno = getattr(raw, "fileno", None)
+    if fileno is None:
+        return False
+    try:
+        fd = fileno()
+    except Exception:  # the driver knows the socket is gone: the connection must be checked
+        return True
+    if fd < 0:
+        return True
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
+
+
+def with_db_retry(action: Callable[[], T], what: str) -> T:
+    """Run a bookkeeping write, reconnecting and retrying while the database is unreachable.
+
+    A finished job's outcome must not be lost to a database restart: the write is retried with
+    backoff (about 15 s in all) before the error propagates.
+    """
+    for attempt in range(1, DB_RETRY_ATTEMPTS + 1):
+        try:
+            return action()
+        except (OperationalError, InterfaceError) as exc:
+            if attempt == DB_RETRY_ATTEMPTS:
+                raise
+            logger.warning(
+                "database error during %s attempt=%s error=%s; retrying", what, attempt, exc
+            )
+            for connection in connections.all(initialized_only=True):
+                if not connection.in_atomic_block:
+                    connection.close()
+            time.sleep(min(8.0, 0.25 * 2**attempt))
+    raise AssertionError("unreachable")

@@ -24,7 +24,7 @@ from django_iq.dbconn import refresh_connections
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import LeaderLease, Worker
 from django_iq.pruning import PruningDuty
-from django_iq.queries import limit_idle_transactions
+from django_iq.queries import limit_idle_transactions, limit_lock_waits
 from django_iq.recovery import RecoveryDuty
 from django_iq.registry import autodiscover
 
@@ -102,12 +102,16 @@ class Leader:
 
     def _configure_session(self) -> None:
         """On a new connection, have the server end transactions this process leaves idle (a
-        paused leader would otherwise hold the lease row locked and block its successor)."""
+        paused leader would otherwise hold the lease row locked and block its successor) and
+        bound how long a statement waits for a row lock."""
         alias = router.db_for_write(LeaderLease)
         raw = connections[alias].connection
         if raw is None or raw is not self._configured_connection:
             connections[alias].ensure_connection()
             limit_idle_transactions(alias, self.lease_seconds)
+            # A duty waiting for a row (declaring a worker dead waits for its heartbeat) gives
+            # up well within the lease, and the row is tried again on the next pass.
+            limit_lock_waits(alias, self.lease_seconds / 3)
             self._configured_connection = connections[alias].connection
 
     def run_once(self, now: datetime | None = None) -> LeaderPass:

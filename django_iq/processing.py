@@ -12,14 +12,13 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
-from django.db import InterfaceError, OperationalError, connections, router
 from django.dispatch import Signal
 from django.utils import timezone
 
 from django_iq import signals
 from django_iq.acks import Ack, AckWriter, log_lock_lost
 from django_iq.conf import iq_settings
-from django_iq.dbconn import refresh_connections
+from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.exceptions import JobNotRegistered
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock
@@ -27,8 +26,6 @@ from django_iq.registry import Job, get_job
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-DB_RETRY_ATTEMPTS = 6
 
 
 def retry_delay_seconds(
@@ -48,26 +45,6 @@ def retry_delay_seconds(
     jitter = iq_settings.BACKOFF_JITTER
     factor = (rng or random).uniform(1 - jitter, 1 + jitter)
     return max(0.0, delay * factor)
-
-
-def with_db_retry(action: Callable[[], T], what: str) -> T:
-    """Run a bookkeeping write, reconnecting and retrying while the database is unreachable.
-
-    A finished job's outcome must not be lost to a database restart: the write is retried with
-    backoff (about 15 s in all) before the error propagates.
-    """
-    for attempt in range(1, DB_RETRY_ATTEMPTS + 1):
-        try:
-            return action()
-        except (OperationalError, InterfaceError) as exc:
-            if attempt == DB_RETRY_ATTEMPTS:
-                raise
-            logger.warning(
-                "database error during %s attempt=%s error=%s; retrying", what, attempt, exc
-            )
-            connections[router.db_for_write(Entry)].close()
-            time.sleep(min(8.0, 0.25 * 2**attempt))
-    raise AssertionError("unreachable")
 
 
 def _observe(signal: Signal, **kwargs: Any) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from django.db import connections
@@ -37,12 +36,23 @@ def _template(templates: dict[str, str], vendor: str, what: str) -> str:
         ) from None
 
 
+# The database's clock as the row is written (PostgreSQL's CURRENT_TIMESTAMP and NOW() are the
+# start of the transaction; CLOCK_TIMESTAMP() is not). A lock's locked_at is stamped this way,
+# after its transaction holds every row lock it waited for.
+_DB_CLOCK_BY_VENDOR = {
+    "postgresql": "CLOCK_TIMESTAMP()",
+    "mysql": "CURRENT_TIMESTAMP(6)",
+    "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')",
+}
+
+
 def insert_group_locks(
-    using: str, keys: Mapping[str, int], queue: str, worker_id: int | None, locked_at: datetime
+    using: str, keys: Mapping[str, int], queue: str, worker_id: int | None
 ) -> dict[str, int]:
     """Insert a lock for each key not already locked; return ``{key: lock id}`` for those taken.
 
-    ``keys`` maps each lock key to the first entry claimed under it.
+    ``keys`` maps each lock key to the first entry claimed under it. ``locked_at`` is the
+    database's clock at the insert, not the claimer's clock before it waited for row locks.
 
     Keys are inserted in sorted order so two claimers waiting on each other's uncommitted
     inserts always wait in the same direction and cannot deadlock.
@@ -64,12 +74,14 @@ def insert_group_locks(
         locked_at=column["locked_at"],
         entry=column["entry_id"],
         id=column["id"],
-        values=", ".join(["(%s, %s, %s, %s, %s)"] * len(ordered)),
+        values=", ".join(
+            [f"(%s, %s, %s, {_template(_DB_CLOCK_BY_VENDOR, connection.vendor, 'claim')}, %s)"]
+            * len(ordered)
+        ),
     )
-    stamp = opts.get_field("locked_at").get_db_prep_value(locked_at, connection)
     params: list[Any] = []
     for key in ordered:
-        params.extend((key, queue, worker_id, stamp, keys[key]))
+        params.extend((key, queue, worker_id, keys[key]))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {key: lock_id for lock_id, key in cursor.fetchall()}
@@ -77,17 +89,27 @@ def insert_group_locks(
 
 # Claim in one round trip on PostgreSQL, for a queue that is not paused and has no concurrency
 # cap (a capped queue takes the general path, which serializes its claimers on the queue row).
+# The w CTE holds the claiming worker's row FOR SHARE, and only if that worker is running and
+# not silent: a worker declared dead can claim nothing, and the leader's UPDATE declaring it
+# dead waits for this claim to commit (then sees its locks) or makes this claim find nothing.
 # The candidates CTE locks entries FOR UPDATE SKIP LOCKED; the locks CTE inserts one group lock
 # per key (in key order, so waiting claimers cannot deadlock) and ON CONFLICT skips keys another
-# claimer holds; only entries whose lock this statement inserted come back. CTEs run against
-# one snapshot and commit together with the statement.
+# claimer holds; only entries whose lock this statement inserted come back. locked_at is
+# CLOCK_TIMESTAMP(), read after the worker row lock was granted. CTEs run against one snapshot
+# and commit together with the statement.
 CLAIM_POSTGRESQL = """
-WITH q AS (
+WITH w AS (
+    SELECT 1 FROM {worker_table}
+    WHERE {worker_id} = %(worker)s AND {stopped_at} IS NULL
+      AND {heartbeat_at} >= STATEMENT_TIMESTAMP() - %(silent_seconds)s * INTERVAL '1 second'
+    FOR SHARE
+), q AS (
     SELECT 1 FROM {queue_table}
     WHERE {queue_name} = %(queue)s AND NOT {is_paused} AND {max_concurrency} IS NULL
 ), candidates AS (
     SELECT e.{id}, e.{lock_key}, e.{priority} FROM {entry_table} e
     WHERE e.{state} = 'pending' AND e.{entry_queue} = %(queue)s AND EXISTS (SELECT 1 FROM q)
+      AND ({worker_check})
       AND NOT EXISTS (SELECT 1 FROM {lock_table} l WHERE l.{key} = e.{lock_key})
       AND NOT EXISTS (SELECT 1 FROM {disabled_table} d WHERE d.{disabled_job} = e.{job_name})
     ORDER BY e.{priority} DESC, e.{id}
@@ -95,7 +117,7 @@ WITH q AS (
     FOR UPDATE OF e SKIP LOCKED
 ), locks AS (
     INSERT INTO {lock_table} ({key}, {lock_queue}, {worker}, {locked_at}, {lock_entry})
-    SELECT {lock_key}, %(queue)s, %(worker)s, %(now)s,
+    SELECT {lock_key}, %(queue)s, %(worker)s, CLOCK_TIMESTAMP(),
            (ARRAY_AGG({id} ORDER BY {priority} DESC, {id}))[1]
     FROM candidates
     GROUP BY {lock_key} ORDER BY {lock_key}
@@ -115,13 +137,14 @@ def supports_single_statement_claim(using: str) -> bool:
 
 
 def claim_in_one_statement(
-    using: str, queue: str, worker_id: int | None, limit: int, now: datetime
+    using: str, queue: str, worker_id: int | None, limit: int, silent_after_seconds: float
 ) -> list[tuple[Any, int]]:
     """Claim up to ``limit`` entries of an uncapped, unpaused ``queue`` in one round trip.
 
-    Return ``(entry, lock id)`` pairs in claim order; entries are ``Entry`` instances.
+    Return ``(entry, lock id)`` pairs in claim order; entries are ``Entry`` instances. Nothing
+    is claimed for a worker that is stopped or silent for ``silent_after_seconds``.
     """
-    from django_iq.models import DisabledJob, Entry, GroupLock, Queue
+    from django_iq.models import DisabledJob, Entry, GroupLock, Queue, Worker
 
     connection = connections[using]
     quote = connection.ops.quote_name
@@ -131,6 +154,11 @@ def claim_in_one_statement(
 
     fields = Entry._meta.concrete_fields
     sql = CLAIM_POSTGRESQL.format(
+        worker_table=quote(str(Worker._meta.db_table)),
+        worker_id=col(Worker, "id"),
+        stopped_at=col(Worker, "stopped_at"),
+        heartbeat_at=col(Worker, "heartbeat_at"),
+        worker_check="TRUE" if worker_id is None else "EXISTS (SELECT 1 FROM w)",
         queue_table=quote(str(Queue._meta.db_table)),
         queue_name=col(Queue, "name"),
         is_paused=col(Queue, "is_paused"),
@@ -153,7 +181,12 @@ def claim_in_one_statement(
         disabled_job=col(DisabledJob, "job_name"),
         entry_columns=", ".join(f"e.{quote(str(f.column))}" for f in fields),
     )
-    params = {"queue": queue, "worker": worker_id, "limit": limit, "now": now}
+    params = {
+        "queue": queue,
+        "worker": worker_id,
+        "limit": limit,
+        "silent_seconds": silent_after_seconds,
+    }
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -167,6 +200,34 @@ def claim_in_one_statement(
         ]
         claimed.append((Entry.from_db(using, attnames, values), row[-1]))
     return claimed
+
+
+# A shared row lock: it lets claims of one worker run side by side and makes an UPDATE of the
+# row (the leader declaring the worker dead, the worker's heartbeat) wait for them. SQLite needs
+# none: its writers are serialized.
+_SHARE_LOCK_BY_VENDOR = {"postgresql": " FOR SHARE", "mysql": " LOCK IN SHARE MODE", "sqlite": ""}
+
+
+def lock_live_worker(using: str, worker_id: int, silent_after_seconds: float) -> bool:
+    """In the caller's transaction, take a shared lock on the worker's row if the worker is
+    running and has sent a heartbeat within ``silent_after_seconds``; return whether it is.
+
+    A claim made under this lock cannot commit under a worker row declared dead: the UPDATE
+    declaring it dead waits for the claim's transaction, and a claim that starts after it
+    finds the row stopped.
+    """
+    from django_iq.managers.common import db_now_plus
+    from django_iq.models import Worker
+
+    connection = connections[using]
+    live = Worker.objects.using(using).filter(
+        pk=worker_id, stopped_at__isnull=True, heartbeat_at__gte=db_now_plus(-silent_after_seconds)
+    )
+    sql, params = live.values_list("pk").query.sql_with_params()
+    sql += _template(_SHARE_LOCK_BY_VENDOR, connection.vendor, "claim entries")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
 
 
 # Add counts to per-key rows, creating them as needed, in one statement.
@@ -233,8 +294,26 @@ _IDLE_TRANSACTION_TIMEOUT_BY_VENDOR = {
 def limit_idle_transactions(using: str, seconds: float) -> bool:
     """Have the server end this session's transactions idle for ``seconds``; return False
     where the database has no such setting (SQLite)."""
+    return _set_session_timeout(using, _IDLE_TRANSACTION_TIMEOUT_BY_VENDOR, seconds)
+
+
+# Give up waiting for a row lock after this many seconds (the statement fails), so a row held by
+# a stuck transaction elsewhere cannot stall a leader duty past its lease.
+_LOCK_WAIT_TIMEOUT_BY_VENDOR = {
+    "postgresql": "SET lock_timeout = {milliseconds}",
+    "mysql": "SET SESSION innodb_lock_wait_timeout = {seconds}",
+}
+
+
+def limit_lock_waits(using: str, seconds: float) -> bool:
+    """Have this session's statements fail after waiting ``seconds`` for a row lock; return
+    False where the database has no such setting (SQLite, whose writers wait on the file)."""
+    return _set_session_timeout(using, _LOCK_WAIT_TIMEOUT_BY_VENDOR, seconds)
+
+
+def _set_session_timeout(using: str, templates: dict[str, str], seconds: float) -> bool:
     connection = connections[using]
-    template = _IDLE_TRANSACTION_TIMEOUT_BY_VENDOR.get(connection.vendor)
+    template = templates.get(connection.vendor)
     if template is None:
         return False
     sql = template.format(milliseconds=int(seconds * 1000), seconds=max(1, int(seconds)))

@@ -1,4 +1,13 @@
-"""Recovery: find entries locked by a dead, silent or forgetful worker and make them runnable."""
+"""Recovery: declare silent workers dead, then make the entries locked by dead, stopped or
+forgetful workers runnable again.
+
+The order is what makes it safe. A worker is declared dead by one conditional UPDATE that waits
+for its row and re-checks its heartbeat there (``WorkerManager.declare_dead``); only locks of a
+worker whose row says stopped (or that have no worker) are released, each after its row is
+locked and the diagnosis made again. Claims hold their worker's row with a shared lock and
+refuse a stopped or silent worker, so once a worker is declared dead it cannot take a new lock:
+a lock recovery releases was taken before its worker went silent for the whole silence limit.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,7 @@ from datetime import datetime, timedelta
 
 from django_iq.conf import iq_settings
 from django_iq.cron import Fence
+from django_iq.exceptions import LeadershipLost
 from django_iq.models import GroupLock, Worker
 
 logger = logging.getLogger(__name__)
@@ -15,39 +25,59 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RecoveryPass:
-    """What one recovery pass found and did, lock key to outcome."""
+    """What one recovery pass found and did: lock key to outcome, workers declared dead, and
+    rows it could not handle (key or worker id to the error), which it skipped."""
 
     recovered: dict[str, str] = field(default_factory=dict)
+    declared_dead: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
-def diagnose(lock: GroupLock, silent_ids: set[int], heartbeat_margin: timedelta) -> str | None:
+@dataclass(frozen=True)
+class Stuck:
+    """Why a lock is stuck, and whether releasing it counts an attempt of its entry."""
+
+    reason: str
+    counts_attempt: bool = True
+
+
+def diagnose(lock: GroupLock, heartbeat_margin: timedelta) -> Stuck | None:
     """Return why ``lock`` is stuck, or None if its worker is alive and holds it.
 
-    A lock is stuck when its worker is gone (no row, stopped, or silent past
-    ``WORKER_SILENT_AFTER_SECONDS``), or alive but no longer reporting the lock in heartbeats
-    that came well after the lock was taken.
+    A lock is stuck when its worker is gone (no row, or a row marked stopped: it exited, or
+    was declared dead): the job may have been running, so the release counts an attempt. Or
+    its worker is alive but no longer reports the lock in a heartbeat stamped well after the
+    lock was taken (both times are the database's): the worker is not running it (it never
+    learned of the claim, or gave up writing a success), so the release counts no attempt.
+    A worker that is merely silent is not diagnosed here: it must first be declared dead
+    (see ``RecoveryDuty``).
     """
     worker = lock.worker
     if worker is None:
-        return f"Lock {lock.key} has no worker: its worker stopped or was removed."
+        return Stuck(f"Lock {lock.key} has no worker: its worker stopped or was removed.")
     if worker.stopped_at is not None:
-        return f"Worker {worker.name} stopped at {worker.stopped_at.isoformat()} holding lock {lock.key}."
-    if worker.pk in silent_ids:
-        return (
-            f"Worker {worker.name} was found dead: last heartbeat at {worker.heartbeat_at.isoformat()}, "
-            f"silent for more than {iq_settings.WORKER_SILENT_AFTER_SECONDS}s."
+        if worker.died:
+            return Stuck(
+                f"Worker {worker.name} was found dead: last heartbeat at "
+                f"{worker.heartbeat_at.isoformat()}, silent for more than "
+                f"{iq_settings.WORKER_SILENT_AFTER_SECONDS}s."
+            )
+        return Stuck(
+            f"Worker {worker.name} stopped at {worker.stopped_at.isoformat()} "
+            f"holding lock {lock.key}."
         )
     if worker.held_at is not None and lock.locked_at < worker.held_at - heartbeat_margin:
         if lock.pk not in set(worker.held_lock_ids or []):
-            return (
+            return Stuck(
                 f"Worker {worker.name} is alive but no longer holds lock {lock.key} "
-                f"(not in its report at {worker.held_at.isoformat()})."
+                f"(not in its report at {worker.held_at.isoformat()}).",
+                counts_attempt=False,
             )
     return None
 
 
 class RecoveryDuty:
-    """Detect stuck locks, diagnose their workers, release them and count the attempt."""
+    """Declare silent workers dead, then release stuck locks and count their attempts."""
 
     name = "recovery"
 
@@ -57,41 +87,72 @@ class RecoveryDuty:
 
     def run_once(self, now: datetime, fence: Fence) -> RecoveryPass:
         result = RecoveryPass()
-        silent = Worker.objects.silent(iq_settings.WORKER_SILENT_AFTER_SECONDS)
-        silent_ids = set(silent.values_list("pk", flat=True))
+        self._declare_silent_workers_dead(fence, result)
         # Two heartbeats' grace between taking a lock and having to report it.
         margin = timedelta(seconds=2 * iq_settings.HEARTBEAT_INTERVAL_SECONDS)
         for lock in GroupLock.objects.select_related("worker").order_by("key"):
-            reason = diagnose(lock, silent_ids, margin)
-            if reason is None:
+            if diagnose(lock, margin) is None:
                 continue
-            logger.warning("stuck lock=%s worker=%s: %s", lock.key, lock.worker_id, reason)
-            with fence():
-                # Diagnose again with the lock row locked: since it was read, it may have been
-                # finished or released, or adopted by its worker registering again.
-                current = GroupLock.objects.select_for_update().filter(pk=lock.pk).first()
-                if current is None:
-                    continue
-                now_silent = set(
-                    silent.filter(pk=current.worker_id).values_list("pk", flat=True)
-                    if current.worker_id is not None
-                    else []
+            try:
+                outcome = self._recover(lock.pk, margin, now, fence)
+            except LeadershipLost:
+                raise
+            except Exception as exc:  # one row it cannot handle must not stop the pass
+                logger.exception("recovery skipped lock=%s entry=%s", lock.key, lock.entry_id)
+                result.skipped[lock.key] = _describe(exc)
+                continue
+            if outcome is not None:
+                result.recovered[lock.key] = outcome
+                logger.info(
+                    "recovered lock=%s entry=%s outcome=%s", lock.key, lock.entry_id, outcome
                 )
-                reason = diagnose(current, now_silent, margin)
-                if reason is None:
-                    logger.info("lock=%s is held again by worker=%s", lock.key, current.worker_id)
-                    continue
-                lock = current
-                outcome = GroupLock.objects.recover(
-                    lock, reason, decay_step=iq_settings.PRIORITY_DECAY_STEP, now=now
-                )
-            result.recovered[lock.key] = outcome
-            logger.info("recovered lock=%s entry=%s outcome=%s", lock.key, lock.entry_id, outcome)
-        if silent_ids:
-            with fence():
-                marked = Worker.objects.mark_stopped(
-                    Worker.objects.filter(pk__in=silent_ids), died=True
-                )
-            if marked:
-                logger.info("marked silent workers dead count=%s", marked)
         return result
+
+    def _declare_silent_workers_dead(self, fence: Fence, result: RecoveryPass) -> None:
+        silent_after = iq_settings.WORKER_SILENT_AFTER_SECONDS
+        for worker_id, name in (
+            Worker.objects.silent(silent_after).order_by("pk").values_list("pk", "name")
+        ):
+            # One fenced transaction per worker: the UPDATE may wait for the worker's own
+            # heartbeat or claim, and then re-checks the heartbeat as they left it.
+            try:
+                with fence():
+                    declared = Worker.objects.declare_dead(worker_id, silent_after)
+            except LeadershipLost:
+                raise
+            except Exception as exc:  # one row it cannot handle must not stop the pass
+                logger.exception("recovery skipped worker=%s", name)
+                result.skipped[f"worker:{name}"] = _describe(exc)
+                continue
+            if declared:
+                result.declared_dead.append(name)
+                logger.warning("worker declared dead name=%s silent_after=%ss", name, silent_after)
+            else:
+                logger.info("worker is alive again name=%s", name)
+
+    def _recover(self, lock_id: int, margin: timedelta, now: datetime, fence: Fence) -> str | None:
+        """Lock the lock's row, diagnose it again, and recover it if it is still stuck."""
+        with fence():
+            # Diagnose again with the lock row locked: since it was read, it may have been
+            # finished or released, or adopted by its worker registering again. The worker
+            # row is then read without a lock, as the last heartbeat left it (a lock on it
+            # too would make claims and heartbeats wait for recovery).
+            current = GroupLock.objects.select_for_update().filter(pk=lock_id).first()
+            if current is None:
+                return None
+            stuck = diagnose(current, margin)
+            if stuck is None:
+                logger.info("lock=%s is held again by worker=%s", current.key, current.worker_id)
+                return None
+            logger.warning(
+                "stuck lock=%s worker=%s: %s", current.key, current.worker_id, stuck.reason
+            )
+            if not stuck.counts_attempt:
+                return "released" if GroupLock.objects.release([current.pk]) else None
+            return GroupLock.objects.recover(
+                current, stuck.reason, decay_step=iq_settings.PRIORITY_DECAY_STEP, now=now
+            )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]

@@ -13,16 +13,15 @@ from collections.abc import Sequence
 from types import FrameType
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
-from django.utils import timezone
 
 from django_iq.acks import AckWriter
 from django_iq.conf import iq_settings
-from django_iq.dbconn import refresh_connections
+from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.governor import ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
 from django_iq.models import GroupLock, Worker
-from django_iq.processing import Processor, with_db_retry
+from django_iq.processing import Processor
 from django_iq.registry import autodiscover
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
 
@@ -378,15 +377,15 @@ class WorkerProcess:
                 decision = self.governor.last
                 try:
                     refresh_connections()
-                    held_at = timezone.now()
+                    # The held set is read once the heartbeat holds the worker's row, so no
+                    # claim of ours commits between that reading and the report.
                     alive = Worker.objects.heartbeat(
                         self.worker,
                         busy_threads=self._busy,
                         cpu_percent=decision.cpu_percent,
                         memory_percent=decision.memory_percent,
                         is_throttled=decision.is_throttled,
-                        held_lock_ids=self.held_locks(),
-                        held_at=held_at,
+                        held_lock_ids=self.held_locks,
                     )
                     if not alive and not self.stopping.is_set():
                         self._rejoin()

@@ -13,11 +13,13 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from django_iq import signals
+from django_iq.conf import iq_settings
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE
 from django_iq.managers.outcomes import EntryOutcomeManager
 from django_iq.queries import (
     claim_in_one_statement,
     insert_group_locks,
+    lock_live_worker,
     supports_single_statement_claim,
 )
 from django_iq.serialization import validate_arguments
@@ -186,7 +188,6 @@ class EntryManager(EntryOutcomeManager):
         worker: Worker | None,
         limit: int,
         queue: str,
-        now: datetime | None = None,
         *,
         is_capped: bool | None = None,
     ) -> list[Claim]:
@@ -201,22 +202,24 @@ class EntryManager(EntryOutcomeManager):
         ``is_capped=False`` (the scheduler knows the queue has no ``max_concurrency``) lets
         PostgreSQL claim in a single statement, one round trip; the statement re-checks that
         the queue is neither paused nor capped.
+
+        A claim for ``worker`` holds its row with a shared lock and claims nothing if the
+        worker is stopped (declared dead) or silent past ``WORKER_SILENT_AFTER_SECONDS``: no
+        lock is ever taken under a dead worker's row. Each lock's ``locked_at`` is the
+        database's clock once the claim holds every row lock it waited for.
         """
         from django_iq import models as iq
 
         db = router.db_for_write(self.model)
         worker_id = worker.pk if worker is not None else None
+        silent_after = iq_settings.WORKER_SILENT_AFTER_SECONDS
         if is_capped is False and supports_single_statement_claim(db):
             claims: dict[str, Claim] = {}
-            stamp = now or timezone.now()
-            for entry, lock_id in claim_in_one_statement(db, queue, worker_id, limit, stamp):
+            for entry, lock_id in claim_in_one_statement(db, queue, worker_id, limit, silent_after):
                 claim = claims.setdefault(entry.lock_key, Claim(lock_id, entry.lock_key, queue))
                 claim.entries.append(entry)
             return list(claims.values())
         with transaction.atomic(using=db):
-            # Stamped once the transaction holds its locks (SQLite may wait for the write lock
-            # at BEGIN): recovery compares locked_at with the worker's heartbeat reports.
-            now = now or timezone.now()
             queue_row = (
                 iq.Queue.objects.using(db)
                 .filter(name=queue)
@@ -235,6 +238,10 @@ class EntryManager(EntryOutcomeManager):
                 limit = min(limit, queue_row["max_concurrency"] - running)
                 if limit <= 0:
                     return []
+            # After the queue row: a claim waiting for a capped queue does not hold its
+            # worker's row meanwhile (which would hold up the worker's heartbeat).
+            if worker_id is not None and not lock_live_worker(db, worker_id, silent_after):
+                return []
             candidates = list(
                 self._on(db)
                 .filter(state="pending", queue_id=queue)
@@ -248,7 +255,7 @@ class EntryManager(EntryOutcomeManager):
             first_entry: dict[str, int] = {}
             for entry in candidates:
                 first_entry.setdefault(entry.lock_key, entry.pk)
-            taken = insert_group_locks(db, first_entry, queue, worker_id, now)
+            taken = insert_group_locks(db, first_entry, queue, worker_id)
         claims = {}
         for entry in candidates:
             if entry.lock_key in taken:

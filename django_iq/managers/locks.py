@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.db import models
+from django.db.models import Q
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -24,9 +25,16 @@ class GroupLockManager(models.Manager["GroupLock"]):
         return self.filter(pk__in=ids).delete()[0]
 
     def adopt(self, lock_ids: Iterable[int], worker: Worker) -> int:
-        """Give ``worker`` the given locks that have no worker (their worker's row was stopped
-        or replaced) and that recovery has not released yet; return how many it took."""
-        return self.filter(pk__in=list(lock_ids), worker__isnull=True).update(worker=worker)
+        """Give ``worker`` the given locks whose worker row is gone or stopped (declared dead,
+        or replaced) and that recovery has not released yet; return how many it took.
+
+        Recovery locks a lock's row and diagnoses it again before releasing it, so a lock
+        adopted first is left alone, and one released first is not adopted."""
+        return (
+            self.filter(pk__in=sorted(lock_ids))
+            .filter(Q(worker__isnull=True) | Q(worker__stopped_at__isnull=False))
+            .update(worker=worker)
+        )
 
     def track(self, lock_id: int, entry_id: int) -> None:
         """Record that the claim under ``lock_id`` has moved on to entry ``entry_id``."""

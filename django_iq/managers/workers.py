@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from django.db import models, router, transaction
+from django.db import connections, models, router, transaction
+from django.db.models.functions import Now
 
 from django_iq.conf import iq_settings
 from django_iq.managers.common import db_now_plus
@@ -30,8 +31,6 @@ class WorkerManager(models.Manager["Worker"]):
         processing_threads: int,
     ) -> Worker:
         """Record a starting process; a stale row of the same name is replaced."""
-        from django.db.models.functions import Now
-
         self.filter(name=name).delete()
         worker = self.create(
             name=name,
@@ -52,23 +51,60 @@ class WorkerManager(models.Manager["Worker"]):
         cpu_percent: float,
         memory_percent: float,
         is_throttled: bool,
-        held_lock_ids: list[int] | None = None,
-        held_at: datetime | None = None,
+        held_lock_ids: Callable[[], Iterable[int]] | Iterable[int] | None = None,
     ) -> bool:
         """Record that ``worker`` is alive, its load and the locks it holds; return False if
-        its row is gone or it was declared dead (it must then stop)."""
-        from django.db.models.functions import Now
+        its row is gone or it was declared dead (it must then register again).
 
-        fields: dict[str, Any] = {
-            "heartbeat_at": Now(),
-            "busy_threads": busy_threads,
-            "cpu_percent": cpu_percent,
-            "memory_percent": memory_percent,
-            "is_throttled": is_throttled,
-        }
-        if held_at is not None:
-            fields.update(held_lock_ids=sorted(held_lock_ids or []), held_at=held_at)
-        return self.filter(pk=worker.pk, stopped_at__isnull=True).update(**fields) > 0
+        The row is locked before anything is read or stamped. A heartbeat that waited for the
+        row (another transaction held it) is stamped with the database's time once it has the
+        row, so the leader, waiting behind it to declare the worker dead, sees it in time and
+        leaves the worker alone. ``held_lock_ids`` (a callable is read under the row lock) is
+        stamped ``held_at`` in the same database time: no claim of this worker can commit
+        between that reading and the write, since claims hold the row with a shared lock.
+        """
+        db = router.db_for_write(self.model)
+        features = connections[db].features
+        with transaction.atomic(using=db):
+            running = list(
+                self.using(db)
+                .select_for_update(no_key=features.has_select_for_no_key_update)
+                .filter(pk=worker.pk, stopped_at__isnull=True)
+                .values_list("pk", flat=True)
+            )
+            if not running:
+                return False
+            fields: dict[str, Any] = {
+                "heartbeat_at": Now(),
+                "busy_threads": busy_threads,
+                "cpu_percent": cpu_percent,
+                "memory_percent": memory_percent,
+                "is_throttled": is_throttled,
+            }
+            if held_lock_ids is not None:
+                held = held_lock_ids() if callable(held_lock_ids) else held_lock_ids
+                fields.update(held_lock_ids=sorted(held), held_at=Now())
+            self.using(db).filter(pk=worker.pk).update(**fields)
+        return True
+
+    def declare_dead(self, worker_id: int, silent_after_seconds: float) -> bool:
+        """Mark a running worker stopped and dead if it is still silent once its row is locked;
+        return whether it was. Its locks keep pointing at it, for recovery to release.
+
+        One conditional UPDATE: it waits for a heartbeat or a claim holding the row and then
+        re-checks the heartbeat on the row as they left it, so a heartbeat that was late (its
+        row held by another transaction) but landed first keeps the worker alive, and no claim
+        of the worker can commit after this one does. The caller runs it in a fenced
+        transaction of its own, before releasing anything.
+        """
+        return (
+            self.filter(
+                pk=worker_id,
+                stopped_at__isnull=True,
+                heartbeat_at__lt=db_now_plus(-silent_after_seconds),
+            ).update(stopped_at=Now(), busy_threads=0, died=True)
+            > 0
+        )
 
     def stop(self, worker: Worker) -> None:
         """Mark ``worker`` as stopped (a clean exit); its remaining locks become orphans for
@@ -78,8 +114,6 @@ class WorkerManager(models.Manager["Worker"]):
     def mark_stopped(self, workers: models.QuerySet[Worker], *, died: bool = False) -> int:
         """Mark ``workers`` stopped (``died``: found dead, not a clean exit) and orphan their
         locks; return how many were running."""
-        from django.db.models.functions import Now
-
         from django_iq import models as iq
 
         with transaction.atomic(using=router.db_for_write(self.model)):

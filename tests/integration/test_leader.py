@@ -85,7 +85,7 @@ def test_cron_fires_once_per_minute_with_two_leaders_and_completion_creates_the_
         for leader in leaders:
             leader._last_run.clear()
             leader.run_once(due)
-        claims = Entry.objects.claim(None, 10, "default", now=due)
+        claims = Entry.objects.claim(None, 10, "default")
         assert len(claims) == 1, f"one run per minute boundary, minute {minute}"
         (entry,) = claims[0].entries
         fired.append(entry.run_at)
@@ -108,7 +108,7 @@ def test_missed_fires_run_once_not_once_per_missed_minute() -> None:
 
     leader._last_run.clear()
     leader.run_once(later)
-    claims = Entry.objects.claim(None, 10, "default", now=later)
+    claims = Entry.objects.claim(None, 10, "default")
     assert len(claims) == 1
     Entry.objects.complete(claims[0].entries[0], claims[0].lock_id, now=later)
 
@@ -128,7 +128,7 @@ def test_a_disabled_cron_job_has_no_runnable_entry_and_does_not_fire() -> None:
     leader.run_once(now + timedelta(minutes=3))
 
     assert not Entry.objects.filter(cron_job__name="tick").exists()
-    assert Entry.objects.claim(None, 10, "default", now=now + timedelta(minutes=3)) == []
+    assert Entry.objects.claim(None, 10, "default") == []
 
 
 def test_invalid_cron_expression_is_refused_when_saved() -> None:
@@ -194,8 +194,9 @@ def test_recovery_leaves_a_live_busy_worker_alone() -> None:
         memory_percent=1,
         is_throttled=False,
         held_lock_ids=[lock.pk],
-        held_at=timezone.now() + timedelta(minutes=5),
     )
+    # As if the lock had been taken long before this report.
+    GroupLock.objects.filter(pk=lock.pk).update(locked_at=timezone.now() - timedelta(minutes=5))
 
     result = recovery_leader().run_once()
 
@@ -204,7 +205,9 @@ def test_recovery_leaves_a_live_busy_worker_alone() -> None:
     assert Entry.objects.computing().count() == 1
 
 
-def test_recovery_releases_a_lock_a_live_worker_no_longer_reports() -> None:
+def test_recovery_releases_a_lock_a_live_worker_no_longer_reports_without_counting_an_attempt() -> (
+    None
+):
     worker = Worker.objects.register(
         name="w:3", role="worker", host="h", pid=3, queues=[], processing_threads=1
     )
@@ -216,27 +219,29 @@ def test_recovery_releases_a_lock_a_live_worker_no_longer_reports() -> None:
         memory_percent=1,
         is_throttled=False,
         held_lock_ids=[],
-        held_at=timezone.now() + timedelta(minutes=5),
     )
+    # As if the lock had been taken long before this report.
+    GroupLock.objects.filter(pk=lock.pk).update(locked_at=timezone.now() - timedelta(minutes=5))
 
     result = recovery_leader().run_once()
 
-    assert result.ran["recovery"].recovered == {lock.key: "retry"}
-    assert "is alive but no longer holds lock" in EntryError.objects.get().message
+    assert result.ran["recovery"].recovered == {lock.key: "released"}
+    entry = Entry.objects.get()
+    assert (entry.attempts, entry.state) == (0, "pending"), "the worker never ran it: no attempt"
+    assert not EntryError.objects.exists()
+    assert Entry.objects.awaiting_compute().count() == 1
 
 
 def test_an_entry_that_keeps_losing_its_worker_decays_then_fails_with_a_reason() -> None:
     leader = recovery_leader()
     for attempt in range(1, 4):
         worker = WorkerFactory()
-        Worker.objects.stop(worker)
-        entry = Entry.objects.first()
-        if entry is None:
+        if Entry.objects.first() is None:
             lock = claimed_by(worker, "poison", max_attempts=3, priority=15)
         else:
             (claim,) = Entry.objects.claim(worker, 1, "default")
             lock = GroupLock.objects.get(pk=claim.lock_id)
-            Worker.objects.stop(worker)
+        Worker.objects.stop(worker)
         leader._last_run.clear()
         outcome = leader.run_once().ran["recovery"].recovered[lock.key]
         assert outcome == ("failed" if attempt == 3 else "retry")
