@@ -19,7 +19,7 @@ from django_iq import signals
 from django_iq.acks import Ack, AckWriter, log_lock_lost
 from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections, with_db_retry
-from django_iq.exceptions import JobNotRegistered
+from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock
 from django_iq.registry import Job, get_job
@@ -45,6 +45,22 @@ def retry_delay_seconds(
     jitter = iq_settings.BACKOFF_JITTER
     factor = (rng or random).uniform(1 - jitter, 1 + jitter)
     return max(0.0, delay * factor)
+
+
+def stored_call_problem(entry: Entry) -> str | None:
+    """Say what is wrong with an entry's stored call, or None if it can be made: ``args`` must
+    be a JSON array and ``kwargs`` an object (rows written by hand may hold anything)."""
+    if not isinstance(entry.args, list):
+        return (
+            f"Entry {entry.pk} cannot run: its stored args must be a JSON array, "
+            f"got {type(entry.args).__name__} {entry.args!r:.80}."
+        )
+    if not isinstance(entry.kwargs, dict) or not all(isinstance(k, str) for k in entry.kwargs):
+        return (
+            f"Entry {entry.pk} cannot run: its stored kwargs must be a JSON object, "
+            f"got {type(entry.kwargs).__name__} {entry.kwargs!r:.80}."
+        )
+    return None
 
 
 def _observe(signal: Signal, **kwargs: Any) -> None:
@@ -135,6 +151,13 @@ class Processor:
         except JobNotRegistered as exc:
             self._log_failure(entry, exc)
             self._record_failure(entry, lock_id, None, exc)
+            return False, False
+        malformed = stored_call_problem(entry)
+        if malformed is not None:
+            # A row written by hand: running it again cannot help, so the failure is final.
+            refused = InvalidJobArguments(malformed)
+            self._log_failure(entry, refused)
+            self._record_failure(entry, lock_id, job, refused, final=True)
             return False, False
         _observe(signals.entry_started, entry=entry, worker_name=self.worker_name)
         logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
@@ -228,13 +251,19 @@ class Processor:
             )
 
     def _record_failure(
-        self, entry: Entry, lock_id: int | None, job: Job[Any, Any] | None, exc: BaseException
+        self,
+        entry: Entry,
+        lock_id: int | None,
+        job: Job[Any, Any] | None,
+        exc: BaseException,
+        *,
+        final: bool = False,
     ) -> None:
         refresh_connections()
         now = timezone.now()
         attempt = entry.attempts + 1
         retry_at: datetime | None = None
-        if attempt < entry.max_attempts:
+        if attempt < entry.max_attempts and not final:
             retry_at = now + timedelta(seconds=retry_delay_seconds(job, attempt))
         kind = type(exc)
         error = with_db_retry(

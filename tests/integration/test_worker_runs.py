@@ -147,3 +147,24 @@ def test_worker_records_finished_work_per_minute_and_in_totals() -> None:
     assert (total.done, total.failed) == (4, 2)
     assert total.le_600 == 6, "every job took under 600 s: the histogram is cumulative"
     assert total.busy_seconds > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "what"),
+    [({"not": "a list"}, {}, "args must be a JSON array"), ([], ["not", "a dict"], "kwargs")],
+)
+def test_a_row_written_by_hand_with_a_malformed_call_fails_for_good_and_others_run(
+    args: object, kwargs: object, what: str
+) -> None:
+    bad = record.using(max_attempts=5).enqueue("placeholder")
+    Entry.objects.filter(pk=bad.pk).update(args=args, kwargs=kwargs)  # as a hand-written row
+    record.enqueue("good")
+
+    drain(processing_threads=2)
+
+    assert list(JobRun.objects.values_list("token", flat=True)) == ["good"]
+    error = EntryError.objects.get(entry_id=bad.pk)
+    assert error.is_final and error.attempt == 1, "retrying a malformed row cannot help"
+    assert error.exception_class == "django_iq.exceptions.InvalidJobArguments"
+    assert what in error.message
+    assert not Entry.objects.exists() and not GroupLock.objects.exists()
