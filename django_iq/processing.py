@@ -143,7 +143,6 @@ class Processor:
         self, entry: Entry, lock_id: int | None, claim: Claim | None
     ) -> tuple[bool, bool]:
         """Run one entry; return (succeeded, lock release left to the ack writer)."""
-        refresh_connections()
         started = time.monotonic()
         job: Job[Any, Any] | None = None
         try:
@@ -161,6 +160,9 @@ class Processor:
             return False, False
         _observe(signals.entry_started, entry=entry, worker_name=self.worker_name)
         logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
+        # Last thing before the body: a connection the server ended while it sat idle is
+        # replaced here, so the job's first query does not fail on the queue's account.
+        refresh_connections()
         try:
             return_value = job.invoke(entry, self.worker_name)
         except BaseException as exc:  # the processing boundary: every failure is recorded.
