@@ -14,8 +14,8 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from django_iq import signals
-from django_iq.dbconn import with_db_retry
-from django_iq.exceptions import InvalidJobOptions, IQError
+from django_iq.dbconn import reachable, with_db_retry
+from django_iq.exceptions import DatabaseUnavailable, InvalidJobOptions, IQError
 from django_iq.models import Entry, EntryError, Result
 from django_iq.registry import Job, JobOptions, get_job, register, registered_jobs
 from django_iq.serialization import validate_arguments
@@ -151,8 +151,9 @@ class IQBackend(BaseTaskBackend):
             raise type(exc)(str(exc)) from None
         result_id = get_random_string(32)
         now = timezone.now()
+        db = router.db_for_write(Result)
         try:
-            with transaction.atomic(using=router.db_for_write(Result)):
+            with reachable(db, "nothing was enqueued"), transaction.atomic(using=db):
                 row = Result.objects.create(
                     id=result_id,
                     task_path=task.module_path,
@@ -168,7 +169,7 @@ class IQBackend(BaseTaskBackend):
                     job, [(args, kwargs)], _options(task), result_ids=[result_id]
                 )
         except IQError as exc:
-            if isinstance(exc, TypeError):
+            if isinstance(exc, TypeError | DatabaseUnavailable):
                 raise
             raise InvalidTask(str(exc)) from exc
         task_result = self._to_task_result(row, task)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from django.db import connections, router
 
 from django_iq.conf import ENV_PREFIX, SETTINGS, iq_settings
 from django_iq.exceptions import ImproperlyConfiguredIQ
+from django_iq.schedule import validate_schedule
 
 QUEUE_OPTIONS = ("weight", "max_concurrency", "is_paused")
 QUEUE_OPTION_HINTS = {
@@ -63,7 +65,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
             continue
         if isinstance(value, (int, float)) and (
-            (spec.minimum is not None and value < spec.minimum)
+            not math.isfinite(value)
+            or (spec.minimum is not None and value < spec.minimum)
             or (spec.maximum is not None and value > spec.maximum)
         ):
             errors.append(
@@ -163,6 +166,17 @@ def _check_queues(queues: dict[str, Any]) -> list[CheckMessage]:
     return errors
 
 
+def max_allowed_packet(alias: str) -> int | None:
+    """The MariaDB/MySQL server's ``max_allowed_packet`` in bytes, or None if unreadable."""
+    try:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT @@max_allowed_packet")
+            row = cursor.fetchone()
+    except Exception:  # a check must not fail on a database it cannot read
+        return None
+    return int(row[0]) if row else None
+
+
 @register(Tags.database)
 def check_database(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
@@ -190,6 +204,20 @@ def check_database(
                 id="django_iq.W001",
             )
         )
+    if connection.vendor == "mysql":
+        packet = max_allowed_packet(alias)
+        # The arguments are sent twice in an insert's text at worst (escaped), plus the rest.
+        if packet is not None and 2 * iq_settings.MAX_ARGUMENTS_BYTES + 65_536 > packet:
+            messages.append(
+                Warning(
+                    f"MAX_ARGUMENTS_BYTES ({iq_settings.MAX_ARGUMENTS_BYTES:,}) is too close to "
+                    f"the max_allowed_packet of database {alias!r} ({packet:,} bytes): an "
+                    "enqueue with arguments near the limit would fail in the server.",
+                    hint="Lower DJANGO_IQ['MAX_ARGUMENTS_BYTES'] or raise the server's "
+                    "max_allowed_packet to more than twice it.",
+                    id="django_iq.W002",
+                )
+            )
     if connection.vendor not in ("postgresql", "sqlite", "mysql"):
         messages.append(
             Error(
@@ -247,7 +275,6 @@ def check_leader_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
 
 
 def _check_cron(cron: dict[str, Any]) -> list[CheckMessage]:
-    from django_iq.cron import validate_schedule
     from django_iq.exceptions import JobNotRegistered
     from django_iq.registry import get_job
 

@@ -11,6 +11,8 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
+
 ENV_PREFIX = "DJANGO_IQ_"
 
 
@@ -30,10 +32,10 @@ SETTINGS: dict[str, Setting] = {
     # Queues created on first use, as {"name": {"weight": 1, "max_concurrency": None}}.
     "QUEUES": Setting({}, (dict,)),
     "DEFAULT_QUEUE": Setting("default", (str,)),
-    "DEFAULT_PRIORITY": Setting(0, (int,), -100, 100),
-    "DEFAULT_MAX_ATTEMPTS": Setting(3, (int,), 1),
-    "BACKOFF_BASE_SECONDS": Setting(2.0, (int, float), 0),
-    "BACKOFF_MAX_SECONDS": Setting(3600.0, (int, float), 0),
+    "DEFAULT_PRIORITY": Setting(0, (int,), MIN_PRIORITY, MAX_PRIORITY),
+    "DEFAULT_MAX_ATTEMPTS": Setting(3, (int,), 1, 100_000),
+    "BACKOFF_BASE_SECONDS": Setting(2.0, (int, float), 0, 365 * 86_400),
+    "BACKOFF_MAX_SECONDS": Setting(3600.0, (int, float), 0, 365 * 86_400),
     "BACKOFF_JITTER": Setting(0.25, (int, float), 0, 1),
     # Extra modules imported to register jobs, besides each installed app's ``jobs`` module.
     "JOB_MODULES": Setting([], (list, tuple)),
@@ -50,7 +52,11 @@ SETTINGS: dict[str, Setting] = {
     "MEMORY_RESUME_PERCENT": Setting(80.0, (int, float), 0, 100, env=True),
     # CPU and memory are read at most this often; each CPU reading covers this window.
     "GOVERNOR_SAMPLE_SECONDS": Setting(1.0, (int, float), 0.05, 60),
-    "TRACEBACK_MAX_CHARS": Setting(20_000, (int,), 1_000),
+    "TRACEBACK_MAX_CHARS": Setting(20_000, (int,), 1_000, 10_000_000),
+    # An exception's message is stored (and logged) cut to this many characters.
+    "ERROR_MESSAGE_MAX_CHARS": Setting(2_000, (int,), 100, 1_000_000),
+    # The JSON of one entry's arguments (args and kwargs) may take at most this many bytes.
+    "MAX_ARGUMENTS_BYTES": Setting(1_048_576, (int,), 1_024, 256 * 1_048_576),
     # -- the leader --------------------------------------------------------------------------
     # Cron jobs: {"name": {"job": "app.jobs.f", "schedule": "*/5 * * * *", "args": [], ...}}.
     "CRON": Setting({}, (dict,)),

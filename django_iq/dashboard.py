@@ -20,6 +20,7 @@ from django.views.decorators.http import require_safe
 from django_iq import charts
 from django_iq.managers.metrics import minute_of
 from django_iq.models import Entry, Queue, QueueMinute, Worker
+from django_iq.states import COUNTED_STATES
 
 if TYPE_CHECKING:
     from django.contrib.admin import AdminSite
@@ -127,7 +128,7 @@ class DashboardData:
     @property
     def totals(self) -> dict[str, int]:
         """Counts per state summed over all queues."""
-        fields = ("initial", "pending", "disabled", "computing", "awaiting_compute", "failed")
+        fields = COUNTED_STATES
         return {name: sum(getattr(row.stats, name) for row in self.queues) for name in fields}
 
     @property

@@ -13,15 +13,24 @@ from __future__ import annotations
 import logging
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections
+
+from django_iq.exceptions import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DB_RETRY_ATTEMPTS = 6
+
+# Errors that mean the server cannot be reached or ended the session, by driver: PostgreSQL's
+# connection-exception class and shutdown states (a driver error with no SQLSTATE is the client
+# library's own: refused, reset, closed); MySQL's server-gone, lost and cannot-connect codes.
+_PG_CONNECTION_STATES = ("08", "57P01", "57P02", "57P03")
+_MYSQL_CONNECTION_CODES = frozenset({1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2055, 4031})
 
 
 def refresh_connections() -> None:
@@ -84,3 +93,63 @@ def with_db_retry(action: Callable[[], T], what: str) -> T:
                     connection.close()
             time.sleep(min(8.0, 0.25 * 2**attempt))
     raise AssertionError("unreachable")
+
+
+# A transaction that lost a lock conflict: PostgreSQL's deadlock, serialization failure and lock
+# timeout; MySQL's deadlock and lock wait timeout; SQLite's busy file.
+_PG_CONFLICT_STATES = frozenset({"40P01", "40001", "55P03"})
+_MYSQL_CONFLICT_CODES = frozenset({1213, 1205})
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """True if ``exc`` says the transaction was chosen as a deadlock victim or waited too long
+    for a lock: running the same transaction again is the cure."""
+    cause = exc.__cause__ or exc
+    module = type(cause).__module__
+    if module.startswith("psycopg"):
+        state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+        return state in _PG_CONFLICT_STATES
+    if module.startswith("MySQLdb"):
+        return bool(cause.args) and cause.args[0] in _MYSQL_CONFLICT_CODES
+    if module == "sqlite3":
+        return "database is locked" in str(cause)
+    return False
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True if ``exc`` says the database is unreachable or ended the session, as opposed to an
+    error of the statement itself (a lock timeout, a deadlock, a constraint)."""
+    if isinstance(exc, InterfaceError):
+        return True
+    cause = exc.__cause__ or exc
+    module = type(cause).__module__
+    if module.startswith("psycopg"):
+        state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+        return state is None or state.startswith(_PG_CONNECTION_STATES)
+    if module.startswith("MySQLdb"):
+        return bool(cause.args) and cause.args[0] in _MYSQL_CONNECTION_CODES
+    if module == "sqlite3":
+        return "unable to open database" in str(cause)
+    return False
+
+
+@contextmanager
+def reachable(using: str, what: str) -> Iterator[None]:
+    """Raise ``DatabaseUnavailable`` for a connection failure in the block, at once.
+
+    For callers that answer a request (enqueue): they must fail fast with a clear error rather
+    than wait through a restart as the worker's bookkeeping does.
+    """
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        if isinstance(exc, DatabaseUnavailable) or not is_connection_error(exc):
+            raise
+        connection = connections[using]
+        if not connection.in_atomic_block:
+            connection.close()  # the next call connects afresh once the server is back
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnavailable(
+            f"The database {using!r} cannot be reached ({reason[:200]}); {what}. "
+            "Retry when it is back."
+        ) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import OperationalError
 
 
 class IQError(Exception):
@@ -39,3 +40,12 @@ class WorkerLost(IQError):
 
 class EntryCancelled(IQError):
     """Recorded (never raised) on the result of a task whose entry was cancelled before it ran."""
+
+
+class DatabaseUnavailable(IQError, OperationalError):
+    """The database could not be reached (down, restarting, or the connection was cut).
+
+    Raised by ``enqueue()`` and ``enqueue_many()`` at once, without waiting or retrying, so a
+    request can answer quickly; nothing was enqueued. A subclass of Django's
+    ``OperationalError``, so existing handlers of that still catch it.
+    """

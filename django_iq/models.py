@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_iq.indexes import PartialIndex
+from django_iq.limits import EARLIEST_RUN_AT, LATEST_RUN_AT
 from django_iq.managers import (
     CronJobManager,
     EntryErrorManager,
@@ -21,14 +22,8 @@ from django_iq.managers import (
     ResultManager,
     WorkerManager,
 )
-
-
-class EntryState(models.TextChoices):
-    """Stored entry states; computing, awaitingCompute and failed are inferred."""
-
-    INITIAL = "initial", "initial"
-    PENDING = "pending", "pending"
-    DISABLED = "disabled", "disabled"
+from django_iq.schedule import validate_schedule
+from django_iq.states import MAX_PRIORITY, MIN_PRIORITY, EntryState, ResultStatus
 
 
 class Queue(models.Model):
@@ -94,13 +89,19 @@ class Entry(models.Model):
         permissions = [("cancel_entry", "Can cancel entries")]
         constraints = [
             models.CheckConstraint(
-                condition=Q(priority__gte=-100) & Q(priority__lte=100),
+                condition=Q(priority__gte=MIN_PRIORITY) & Q(priority__lte=MAX_PRIORITY),
                 name="iq_entry_priority_range",
             ),
             models.CheckConstraint(
                 condition=Q(state__in=EntryState.values), name="iq_entry_state_valid"
             ),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="iq_entry_attempts_min"),
+            # What every database reads back (see limits.py): a row written by hand with a
+            # time outside is refused by the database instead of poisoning every reader.
+            models.CheckConstraint(
+                condition=Q(run_at__gte=EARLIEST_RUN_AT) & Q(run_at__lte=LATEST_RUN_AT),
+                name="iq_entry_run_at_range",
+            ),
         ]
         indexes = [
             # The claim query: ready entries of one queue by priority, then FIFO. Partial where
@@ -261,7 +262,7 @@ class CronJob(models.Model):
         ordering = ("name",)
         constraints = [
             models.CheckConstraint(
-                condition=Q(priority__gte=-100) & Q(priority__lte=100),
+                condition=Q(priority__gte=MIN_PRIORITY) & Q(priority__lte=MAX_PRIORITY),
                 name="iq_cron_priority_range",
             ),
         ]
@@ -270,15 +271,12 @@ class CronJob(models.Model):
         return f"{self.name} ({self.schedule})"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        from django_iq.cron import validate_schedule
 
         validate_schedule(self.schedule, self.timezone)
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
-
-        from django_iq.cron import validate_schedule
 
         try:
             validate_schedule(self.schedule, self.timezone)
@@ -300,15 +298,6 @@ class LeaderLease(models.Model):
 
     def __str__(self) -> str:
         return f"lease {self.name}: {self.holder or '-'} (epoch {self.epoch})"
-
-
-class ResultStatus(models.TextChoices):
-    """The Django Tasks framework's statuses."""
-
-    READY = "READY", "ready"
-    RUNNING = "RUNNING", "running"
-    FAILED = "FAILED", "failed"
-    SUCCESSFUL = "SUCCESSFUL", "successful"
 
 
 class Result(models.Model):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-import traceback as tb
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +19,7 @@ from django_iq.acks import Ack, AckWriter, log_lock_lost
 from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
+from django_iq.limits import capped_backoff, cut_message, format_failure
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock
 from django_iq.registry import Job, get_job
@@ -39,8 +39,8 @@ def retry_delay_seconds(
     if job is not None:
         delay = job.backoff_seconds(attempt)
     else:
-        delay = min(
-            iq_settings.BACKOFF_MAX_SECONDS, iq_settings.BACKOFF_BASE_SECONDS * 2 ** (attempt - 1)
+        delay = capped_backoff(
+            iq_settings.BACKOFF_BASE_SECONDS, iq_settings.BACKOFF_MAX_SECONDS, attempt
         )
     jitter = iq_settings.BACKOFF_JITTER
     factor = (rng or random).uniform(1 - jitter, 1 + jitter)
@@ -239,17 +239,18 @@ class Processor:
                 entry.attempts + 1,
                 entry.max_attempts,
                 type(exc).__name__,
-                exc,
+                cut_message(str(exc)),
             )
         else:
+            # The traceback as stored, cut like it: a megabyte message is not logged whole.
             logger.error(
-                "job failed for good entry=%s job=%s queue=%s attempt=%s/%s",
+                "job failed for good entry=%s job=%s queue=%s attempt=%s/%s\n%s",
                 entry.pk,
                 entry.job_name,
                 entry.queue_id,
                 entry.attempts + 1,
                 entry.max_attempts,
-                exc_info=exc,
+                format_failure(exc)[1].rstrip(),
             )
 
     def _record_failure(
@@ -268,13 +269,14 @@ class Processor:
         if attempt < entry.max_attempts and not final:
             retry_at = now + timedelta(seconds=retry_delay_seconds(job, attempt))
         kind = type(exc)
+        message, traceback = format_failure(exc)
         error = with_db_retry(
             lambda: Entry.objects.fail(
                 entry,
                 lock_id,
                 exception_class=f"{kind.__module__}.{kind.__qualname__}",
-                message=str(exc),
-                traceback="".join(tb.format_exception(exc)),
+                message=message,
+                traceback=traceback,
                 retry_at=retry_at,
                 worker_name=self.worker_name,
                 now=now,

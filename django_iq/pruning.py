@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django_iq.conf import iq_settings
 from django_iq.cron import Fence
+from django_iq.exceptions import LeadershipLost
 from django_iq.models import EntryError, QueueMinute, Result, Worker
 
 logger = logging.getLogger(__name__)
@@ -16,18 +18,22 @@ logger = logging.getLogger(__name__)
 MAX_BATCHES_PER_PASS = 10
 
 
-@dataclass(frozen=True)
+@dataclass
 class PrunePass:
-    errors: int
-    workers: int
+    """Rows deleted per table, and the tables a batch failed on (table to the error): a table
+    that cannot be pruned is reported and skipped, and the others are pruned still."""
+
+    errors: int = 0
+    workers: int = 0
     results: int = 0
     metrics: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
-    than ``WORKER_RETENTION_SECONDS`` and task results finished longer than
-    ``RESULT_RETENTION_SECONDS``."""
+    than ``WORKER_RETENTION_SECONDS``, task results finished longer than
+    ``RESULT_RETENTION_SECONDS`` and throughput rows past ``METRICS_RETENTION_SECONDS``."""
 
     name = "pruning"
 
@@ -37,36 +43,44 @@ class PruningDuty:
 
     def run_once(self, now: datetime, fence: Fence) -> PrunePass:
         batch = iq_settings.PRUNE_BATCH_SIZE
-        before = now - timedelta(seconds=iq_settings.ERROR_RETENTION_SECONDS)
-        errors = workers = 0
-        for _ in range(MAX_BATCHES_PER_PASS):
-            with fence():
-                deleted = EntryError.objects.prune(before, batch)
-            errors += deleted
-            if deleted < batch:
-                break
-        for _ in range(MAX_BATCHES_PER_PASS):
-            with fence():
-                deleted = Worker.objects.prune(iq_settings.WORKER_RETENTION_SECONDS, batch)
-            workers += deleted
-            if deleted < batch:
-                break
-        metrics = 0
+        errors_before = now - timedelta(seconds=iq_settings.ERROR_RETENTION_SECONDS)
         minute_before = now - timedelta(seconds=iq_settings.METRICS_RETENTION_SECONDS)
-        for _ in range(MAX_BATCHES_PER_PASS):
-            with fence():
-                deleted = QueueMinute.objects.prune(minute_before, batch)
-            metrics += deleted
-            if deleted < batch:
-                break
-        results = 0
         finished_before = now - timedelta(seconds=iq_settings.RESULT_RETENTION_SECONDS)
-        for _ in range(MAX_BATCHES_PER_PASS):
-            with fence():
-                deleted = Result.objects.prune(finished_before, batch)
-            results += deleted
-            if deleted < batch:
-                break
-        if errors or workers or results:
-            logger.info("pruned errors=%s workers=%s results=%s", errors, workers, results)
-        return PrunePass(errors, workers, results, metrics)
+        tables: dict[str, Callable[[], int]] = {
+            "errors": lambda: EntryError.objects.prune(errors_before, batch),
+            "workers": lambda: Worker.objects.prune(iq_settings.WORKER_RETENTION_SECONDS, batch),
+            "metrics": lambda: QueueMinute.objects.prune(minute_before, batch),
+            "results": lambda: Result.objects.prune(finished_before, batch),
+        }
+        result = PrunePass()
+        for table, prune in tables.items():
+            try:
+                deleted = _in_batches(prune, batch, fence)
+            except LeadershipLost:
+                raise
+            except Exception as exc:  # one table it cannot prune must not stop the others
+                logger.exception("pruning skipped table=%s", table)
+                result.skipped[table] = f"{type(exc).__name__}: {exc}"[:500]
+                continue
+            setattr(result, table, deleted)
+        if result.errors or result.workers or result.results:
+            logger.info(
+                "pruned errors=%s workers=%s results=%s",
+                result.errors,
+                result.workers,
+                result.results,
+            )
+        return result
+
+
+def _in_batches(prune: Callable[[], int], batch: int, fence: Fence) -> int:
+    """Run ``prune`` (one batch, fenced) until a batch comes back short, at most
+    ``MAX_BATCHES_PER_PASS`` times; return the rows deleted."""
+    total = 0
+    for _ in range(MAX_BATCHES_PER_PASS):
+        with fence():
+            deleted = prune()
+        total += deleted
+        if deleted < batch:
+            break
+    return total

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from django_iq.conf import iq_settings
 from django_iq.cron import Fence
 from django_iq.exceptions import LeadershipLost
-from django_iq.models import GroupLock, Worker
+from django_iq.models import Entry, GroupLock, Worker
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class RecoveryDuty:
             if diagnose(lock, margin) is None:
                 continue
             try:
-                outcome = self._recover(lock.pk, margin, now, fence)
+                outcome = self._recover(lock.pk, lock.entry_id, margin, now, fence)
             except LeadershipLost:
                 raise
             except Exception as exc:  # one row it cannot handle must not stop the pass
@@ -130,15 +130,27 @@ class RecoveryDuty:
             else:
                 logger.info("worker is alive again name=%s", name)
 
-    def _recover(self, lock_id: int, margin: timedelta, now: datetime, fence: Fence) -> str | None:
-        """Lock the lock's row, diagnose it again, and recover it if it is still stuck."""
+    def _recover(
+        self, lock_id: int, entry_id: int | None, margin: timedelta, now: datetime, fence: Fence
+    ) -> str | None:
+        """Lock the entry's row and the lock's row, diagnose again, and recover the lock if it
+        is still stuck."""
         with fence():
+            # The entry first, then the lock: the order of every writer of both (a success or
+            # a failure), so recovery and a late outcome of the same claim cannot deadlock.
+            if entry_id is not None:
+                Entry.objects.filter(pk=entry_id).select_for_update().values_list("pk").first()
             # Diagnose again with the lock row locked: since it was read, it may have been
             # finished or released, or adopted by its worker registering again. The worker
             # row is then read without a lock, as the last heartbeat left it (a lock on it
             # too would make claims and heartbeats wait for recovery).
             current = GroupLock.objects.select_for_update().filter(pk=lock_id).first()
             if current is None:
+                return None
+            if current.entry_id != entry_id:
+                logger.info(
+                    "lock=%s moved on to entry=%s; next pass", current.key, current.entry_id
+                )
                 return None
             stuck = diagnose(current, margin)
             if stuck is None:

@@ -18,6 +18,14 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_iq.conf import iq_settings
 from django_iq.exceptions import InvalidJobOptions, JobNotRegistered
+from django_iq.limits import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_BACKOFF_SECONDS,
+    capped_backoff,
+    run_at_problem,
+    text_problem,
+)
+from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
 
 if TYPE_CHECKING:
     from django_iq.models import Entry
@@ -25,7 +33,6 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
 # An entry's lock key is "g:" + its group key, stored in a 200-character column.
 MAX_GROUP_KEY_LENGTH = 198
 # Entry.job_name is a 200-character column.
@@ -58,9 +65,13 @@ def _unknown_option(name: str, allowed: Sequence[str], where: str) -> InvalidJob
 def validate_priority(priority: Any) -> int:
     """Return ``priority`` if it is an int in -100..100, else raise ``InvalidJobOptions``."""
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidJobOptions(f"priority must be an integer from -100 to 100, got {priority!r}.")
+        raise InvalidJobOptions(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority!r}."
+        )
     if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise InvalidJobOptions(f"priority must be from -100 to 100, got {priority}.")
+        raise InvalidJobOptions(
+            f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority}."
+        )
     return priority
 
 
@@ -80,7 +91,16 @@ def validate_run_at(run_at: Any) -> datetime | timedelta | None:
             f"run_at {run_at.isoformat()} has no timezone; pass an aware datetime "
             "(django.utils.timezone.now() + timedelta(...))."
         )
+    problem = run_at_problem(run_at)
+    if problem is not None:
+        raise InvalidJobOptions(f"{problem}.")
     return run_at
+
+
+def _text_option(name: str, value: str) -> None:
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidJobOptions(f"{name} {value!r:.80} {problem}; the database cannot store it.")
 
 
 @dataclass(frozen=True)
@@ -102,15 +122,18 @@ class JobOptions:
             raise InvalidJobOptions(
                 f"queue names are at most 100 characters, got {len(self.queue)}."
             )
+        if self.queue is not None:
+            _text_option("queue", self.queue)
         if self.priority is not None:
             validate_priority(self.priority)
         if self.max_attempts is not None and (
             isinstance(self.max_attempts, bool)
             or not isinstance(self.max_attempts, int)
-            or self.max_attempts < 1
+            or not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT
         ):
             raise InvalidJobOptions(
-                f"max_attempts must be an integer >= 1, got {self.max_attempts!r}."
+                f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT:,}, "
+                f"got {self.max_attempts!r:.80}."
             )
         if self.group_key is not None and (
             not isinstance(self.group_key, str)
@@ -120,12 +143,21 @@ class JobOptions:
                 f"group_key must be a string of 1 to {MAX_GROUP_KEY_LENGTH} characters, "
                 f"got {self.group_key!r:.80}."
             )
+        if self.group_key is not None:
+            _text_option("group_key", self.group_key)
         for name in ("backoff_base_seconds", "backoff_max_seconds"):
             value = getattr(self, name)
             if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= MAX_BACKOFF_SECONDS
             ):
-                raise InvalidJobOptions(f"{name} must be a number >= 0, got {value!r}.")
+                raise InvalidJobOptions(
+                    f"{name} must be a number of seconds from 0 to {MAX_BACKOFF_SECONDS:,.0f} "
+                    f"(a year), got {value!r:.80}."
+                )
+        if self.run_at is not None:
+            validate_run_at(self.run_at)
 
     def merged(self, **overrides: Any) -> JobOptions:
         """Return a copy with ``overrides`` applied, validating names and values."""
@@ -194,7 +226,7 @@ class Job(Generic[P, R]):
         cap = self.options.backoff_max_seconds
         base = iq_settings.BACKOFF_BASE_SECONDS if base is None else base
         cap = iq_settings.BACKOFF_MAX_SECONDS if cap is None else cap
-        return float(min(cap, base * 2 ** (attempt - 1)))
+        return capped_backoff(base, cap, attempt)
 
 
 @dataclass(frozen=True)

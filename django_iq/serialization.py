@@ -7,7 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django_iq.conf import iq_settings
 from django_iq.exceptions import InvalidJobArguments
+from django_iq.limits import MAX_ARGUMENT_DEPTH, MAX_EXACT_FLOAT, MAX_INT, MIN_INT
 
 _SCALARS = (str, bool, int, type(None))
 
@@ -31,11 +33,16 @@ def _check_text(text: str, path: str, what: str) -> None:
         ) from None
 
 
-def _check(value: Any, path: str) -> Any:
+def _check(value: Any, path: str, depth: int = 0) -> Any:
     """Return ``value`` as stored JSON (tuples become lists) or raise naming ``path``."""
     if isinstance(value, str):
         _check_text(value, path, "text")
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and not MIN_INT <= value <= MAX_INT:
+        raise InvalidJobArguments(
+            f"Job argument {path} is an integer of {value.bit_length()} bits; the most a stored "
+            "argument holds is 64 bits (-2**63 to 2**63 - 1). Pass a larger number as a string."
+        )
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, float):
@@ -44,7 +51,17 @@ def _check(value: Any, path: str) -> Any:
                 f"Job argument {path} is {value!r}, which JSON cannot store; "
                 "pass a finite number or None."
             )
+        if abs(value) >= MAX_EXACT_FLOAT:
+            raise InvalidJobArguments(
+                f"Job argument {path} is the float {value!r}, too large to read back exactly "
+                "(PostgreSQL returns it as an integer); pass an int or a string."
+            )
         return value
+    if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_ARGUMENT_DEPTH:
+        raise InvalidJobArguments(
+            f"Job argument {path} is nested more than {MAX_ARGUMENT_DEPTH} lists or dicts deep, "
+            "which the database cannot store; flatten it."
+        )
     if isinstance(value, Mapping):
         out = {}
         for key, item in value.items():
@@ -54,10 +71,10 @@ def _check(value: Any, path: str) -> Any:
                     "JSON object keys must be strings."
                 )
             _check_text(key, path, f"key {key!r}")
-            out[key] = _check(item, f"{path}[{key!r}]")
+            out[key] = _check(item, f"{path}[{key!r}]", depth + 1)
         return out
     if isinstance(value, (list, tuple)):
-        return [_check(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        return [_check(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)]
     kind = f"{type(value).__module__}.{type(value).__qualname__}"
     raise InvalidJobArguments(
         f"Job argument {path} is a {kind} ({value!r:.80}), which is not JSON; pass JSON values "
@@ -83,6 +100,13 @@ def validate_arguments(
             raise InvalidJobArguments(f"Keyword argument name {key!r} must be a string.")
         _check_text(key, "kwargs", f"key {key!r}")
         stored_kwargs[key] = _check(value, f"kwargs[{key!r}]")
+    size = len(json.dumps(stored_args).encode()) + len(json.dumps(stored_kwargs).encode())
+    limit = iq_settings.MAX_ARGUMENTS_BYTES
+    if size > limit:
+        raise InvalidJobArguments(
+            f"Job arguments take {size:,} bytes as JSON; the most is {limit:,} "
+            "(MAX_ARGUMENTS_BYTES). Store large data elsewhere (a file, a model) and pass its id."
+        )
     return stored_args, stored_kwargs
 
 

@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from django_iq.managers import QueueStats
 from django_iq.models import Entry, LeaderLease, Queue, Worker
+from django_iq.states import COUNTED_STATES
 
-STATE_FIELDS = ("initial", "pending", "disabled", "computing", "awaiting_compute", "failed")
+STATE_FIELDS = COUNTED_STATES
 
 
 @dataclass(frozen=True)
@@ -357,17 +358,6 @@ def split_names(value: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {value!r}")
     return names
-
-
-def positive_int(value: str) -> int:
-    """An id or count on the command line (argparse ``type=``)."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be greater than zero, got {number}")
-    return number
 
 
 def known_queues() -> list[str]:

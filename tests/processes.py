@@ -39,6 +39,19 @@ def command_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def manage(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m django <args>`` to completion against the test database."""
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        cwd=ROOT,
+        env=command_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 class Command:
     """A ``python -m django <args>`` subprocess whose output goes to a file that can be read live."""
 

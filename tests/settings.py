@@ -1,5 +1,6 @@
 """Settings for django_iq's test suite: the database comes from DATABASE_URL (SQLite by default)."""
 
+import json
 import os
 from pathlib import Path
 
@@ -85,7 +86,15 @@ DJANGO_IQ = {
 }
 
 if os.environ.get("DJANGO_IQ_TEST_CRON"):
-    DJANGO_IQ["CRON"] = {"tick": {"job": "tests.testapp.jobs.noop", "schedule": "* * * * *"}}
+    # A cron job for process tests; the fault suite's fires every second (croniter's sixth field).
+    DJANGO_IQ["CRON"] = {
+        "tick": {
+            "job": os.environ.get("DJANGO_IQ_TEST_CRON_JOB", "tests.testapp.jobs.noop"),
+            "schedule": os.environ.get("DJANGO_IQ_TEST_CRON_SCHEDULE", "* * * * *"),
+            "args": json.loads(os.environ.get("DJANGO_IQ_TEST_CRON_ARGS", "[]")),
+            "kwargs": json.loads(os.environ.get("DJANGO_IQ_TEST_CRON_KWARGS", "{}")),
+        }
+    }
 
 LOGGING = {
     "version": 1,

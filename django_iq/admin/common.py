@@ -8,12 +8,14 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
+from django_iq.limits import text_problem
 from django_iq.queries import estimated_row_count
 
 # Count at most this many rows for a changelist: beyond it the page says "more than 10,000".
@@ -53,9 +55,13 @@ class EstimatedCountPaginator(Paginator):
 
 class DeferringChangeList(ChangeList):
     """A changelist that does not load ``model_admin.list_deferred`` (large JSON or text
-    columns no list shows) for each listed row."""
+    columns no list shows) for each listed row, and that refuses filters no database column
+    could hold (a NUL character) as the admin refuses any bad filter."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        for name, values in request.GET.lists():
+            if any(text_problem(text) for text in (name, *values)):
+                raise IncorrectLookupParameters(f"The filter {name!r:.40} has a NUL character.")
         rows: QuerySet[Any] = super().get_queryset(request, exclude_parameters)
         deferred: tuple[str, ...] = getattr(self.model_admin, "list_deferred", ())
         return rows.defer(*deferred) if deferred else rows

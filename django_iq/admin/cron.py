@@ -16,12 +16,13 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from django_iq.admin.common import log_objects, plural, report
-from django_iq.cron import next_fire_time
+from django_iq.admin.common import IQModelAdmin, log_objects, plural, report
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.models import CronJob
 from django_iq.registry import get_job
+from django_iq.schedule import next_fire_time
 from django_iq.serialization import validate_arguments
+from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
 
 # Fire times listed after next_run_at.
 NEXT_FIRES = 3
@@ -69,7 +70,7 @@ class CronJobForm(forms.ModelForm):
 
 
 @admin.register(CronJob)
-class CronJobAdmin(admin.ModelAdmin):
+class CronJobAdmin(IQModelAdmin):
     form = CronJobForm
     list_display = (
         "name",
@@ -103,7 +104,7 @@ class CronJobAdmin(admin.ModelAdmin):
         self, db_field: Field[Any, Any], request: HttpRequest, **kwargs: Any
     ) -> forms.Field | None:
         if db_field.name == "priority":
-            kwargs.update(min_value=-100, max_value=100)
+            kwargs.update(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def save_model(

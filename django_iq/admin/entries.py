@@ -26,6 +26,7 @@ from django_iq.admin.common import (
 from django_iq.managers import EntryQuerySet
 from django_iq.models import DisabledJob, Entry, GroupLock
 from django_iq.registry import autodiscover, registered_jobs
+from django_iq.states import EntryState, group_lock_key
 
 
 class JobFilter(admin.SimpleListFilter):
@@ -131,7 +132,7 @@ class EntryAdmin(ActionOnlyAdmin):
         if not term:
             return queryset, False
         # lock_key is "g:" + group_key for grouped entries, and lock_key is indexed.
-        match = Q(lock_key=f"g:{term}")
+        match = Q(lock_key=group_lock_key(term))
         if term.isdigit() and len(term) < 19:
             match |= Q(pk=int(term))
         return queryset.filter(match), False
@@ -146,7 +147,7 @@ class EntryAdmin(ActionOnlyAdmin):
 
     @admin.display(description="state")
     def status(self, entry: Entry) -> str:
-        if entry.state == "pending":
+        if entry.state == EntryState.PENDING:
             return "computing" if getattr(entry, "is_locked", False) else "awaiting compute"
         return str(entry.state)
 
@@ -207,7 +208,7 @@ class EntryAdmin(ActionOnlyAdmin):
     @admin.action(description="Run selected deferred entries now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
         selected = queryset.count()
-        deferred = list(queryset.filter(state="initial").only("pk", "job_name", "state"))
+        deferred = list(queryset.filter(state=EntryState.INITIAL).only("pk", "job_name", "state"))
         changed = Entry.objects.run_now(entry.pk for entry in deferred)
         log_objects(request, deferred, "Made pending: run now.", CHANGE)
         message = f"{plural(changed, 'entry', 'entries')} will run now."

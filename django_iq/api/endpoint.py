@@ -14,6 +14,7 @@ from django.middleware.csrf import get_token
 from django.utils.cache import add_never_cache_headers
 
 from django_iq.exceptions import IQError
+from django_iq.limits import text_problem
 
 CANCEL_PERMISSION = "django_iq.cancel_entry"
 REQUEUE_PERMISSION = "django_iq.requeue_entryerror"
@@ -22,6 +23,9 @@ PAUSE_PERMISSION = "django_iq.pause_queue"
 MAX_IDS = 1000
 # Ids are 64-bit: a larger number names nothing and some drivers refuse it.
 MAX_ID = 2**63 - 1
+
+# No API body is more than a few levels deep: an object of lists of ids or of filters.
+MAX_BODY_DEPTH = 8
 
 View = Callable[..., HttpResponseBase]
 
@@ -71,6 +75,14 @@ class Endpoint:
     def __call__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             self.check(request)
+            for name, values in request.GET.lists():
+                for text in (name, *values):
+                    refuse_unstorable_text(text, f"query parameter {name!r:.40}")
+            for name, value in kwargs.items():
+                if isinstance(value, str):
+                    refuse_unstorable_text(value, f"{name} in the path")
+                elif isinstance(value, int) and value > MAX_ID:
+                    raise ApiError(404, f"No row has the {name} {value}.")
             response = self.view(request, *args, **kwargs)
         except ApiError as exc:
             response = exc.response()
@@ -129,11 +141,36 @@ def read_json_object(request: HttpRequest, example: str) -> dict[str, Any]:
         raise ApiError(
             400, f"The body is not valid JSON ({exc}); send for example {example}."
         ) from exc
+    except RecursionError:
+        raise ApiError(400, f"The body is nested too deeply; send for example {example}.") from None
     if not isinstance(body, dict):
         raise ApiError(
             400, f"The body must be a JSON object, got {type(body).__name__}: send {example}."
         )
+    _check_body(body, "body", 0)
     return body
+
+
+def refuse_unstorable_text(text: str, where: str) -> None:
+    """Raise ``ApiError`` (400) if ``text`` has a NUL or a lone surrogate: no database column
+    stores it, and a query with it fails in the driver."""
+    problem = text_problem(text)
+    if problem is not None:
+        raise ApiError(400, f"The {where} {problem}; send text without it.")
+
+
+def _check_body(value: Any, path: str, depth: int) -> None:
+    if depth > MAX_BODY_DEPTH:
+        raise ApiError(400, f"The body is nested more than {MAX_BODY_DEPTH} levels at {path}.")
+    if isinstance(value, str):
+        refuse_unstorable_text(value, f"value at {path}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            refuse_unstorable_text(key, f"key {key!r:.40} at {path}")
+            _check_body(item, f"{path}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_body(item, f"{path}[{index}]", depth + 1)
 
 
 def read_ids(value: Any, name: str = "ids") -> list[int]:

@@ -15,10 +15,10 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from django_iq.api.endpoint import MAX_ID, ApiError, InvalidParameter
-from django_iq.models import EntryState, Queue
-from django_iq.registry import MAX_PRIORITY, MIN_PRIORITY
+from django_iq.models import Queue
+from django_iq.states import AWAITING_COMPUTE, COMPUTING, MAX_PRIORITY, MIN_PRIORITY, EntryState
 
-ENTRY_STATES = (*EntryState.values, "computing", "awaiting_compute")
+ENTRY_STATES = (*EntryState.values, COMPUTING, AWAITING_COMPUTE)
 # Queue names listed in a "does not exist" message, at most.
 KNOWN_QUEUES_SHOWN = 20
 

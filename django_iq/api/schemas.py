@@ -7,7 +7,7 @@ from typing import Any
 
 from django_iq.api.endpoint import MAX_IDS
 from django_iq.api.filters import ENTRY_STATES
-from django_iq.models import EntryState
+from django_iq.states import COUNTED_STATES, MAX_PRIORITY, MIN_PRIORITY, EntryState
 
 NULLABLE_STRING = {"type": ["string", "null"]}
 DATE_TIME = {"type": "string", "format": "date-time"}
@@ -37,7 +37,7 @@ ENTRY = {
     "job": {"type": "string", "description": "The registered name of the job."},
     "args": {"type": "array", "description": "Positional arguments of the call."},
     "kwargs": {"type": "object", "description": "Keyword arguments of the call."},
-    "priority": {"type": "integer", "minimum": -100, "maximum": 100},
+    "priority": {"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY},
     "state": {"type": "string", "enum": list(EntryState.values), "description": "Stored state."},
     "inferred_state": {
         "type": "string",
@@ -58,7 +58,7 @@ ERROR_RECORD = {
     "job": {"type": "string"},
     "args": {"type": "array"},
     "kwargs": {"type": "object"},
-    "priority": {"type": "integer", "minimum": -100, "maximum": 100},
+    "priority": {"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY},
     "group_key": NULLABLE_STRING,
     "attempt": {"type": "integer", "minimum": 1},
     "max_attempts": {"type": "integer", "minimum": 1},
@@ -71,7 +71,7 @@ ERROR_RECORD = {
     "requeued_at": NULLABLE_DATE_TIME,
 }
 TRACEBACK = {"traceback": {"type": "string"}}
-COUNTS = ("initial", "pending", "disabled", "computing", "awaiting_compute", "failed")
+COUNTS = COUNTED_STATES
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Error": closed_object(

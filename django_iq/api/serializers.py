@@ -9,12 +9,13 @@ from typing import Any
 
 from django_iq.managers import QueueStats
 from django_iq.models import Entry, EntryError, GroupLock, Queue
+from django_iq.states import EntryState
 
 
 def inferred_state(entry: Entry, is_locked: bool) -> str:
     """The state an operator sees: a pending entry is ``computing`` while its group lock is
     held and ``awaiting_compute`` otherwise; other states are the stored ones."""
-    if entry.state != "pending":
+    if entry.state != EntryState.PENDING:
         return entry.state
     return "computing" if is_locked else "awaiting_compute"
 

@@ -1,14 +1,27 @@
-"""Helpers shared by the managers: database-time arithmetic and storable text."""
+"""Helpers shared by the managers: database-time arithmetic, storable text, and transactions
+that lock rows in one order and are run again when they lose a lock conflict."""
 
 from __future__ import annotations
 
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
+from django.db import DatabaseError, connections, models, transaction
 from django.db.models.functions import Now
 
+from django_iq.dbconn import is_lock_conflict
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Runs of a transaction that keeps losing lock conflicts before the error reaches the caller.
+CONFLICT_ATTEMPTS = 6
+
 ENQUEUE_BATCH_SIZE = 1000
-TRUNCATED_MARK = "... (truncated)\n"
 
 
 def storable_text(text: str) -> str:
@@ -31,3 +44,39 @@ def db_now_plus(seconds: float) -> Any:
     from django.db.models import DateTimeField, ExpressionWrapper
 
     return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
+
+
+def atomic_retrying(using: str, action: Callable[[], T], what: str) -> T:
+    """Run ``action`` in a transaction; run it again, after a short random pause, when the
+    database chose it as a deadlock victim or it timed out waiting for a lock.
+
+    The managers lock rows in one order (see ``lock_in_order``), so a deadlock among them
+    cannot happen; one with a transaction of the caller's own can, and is cured here, so no
+    operator or worker sees it. Inside a caller's transaction it runs once: only the caller
+    can run its whole transaction again.
+    """
+    if connections[using].in_atomic_block:
+        with transaction.atomic(using=using):
+            return action()
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            with transaction.atomic(using=using):
+                return action()
+        except DatabaseError as exc:
+            if attempt == CONFLICT_ATTEMPTS or not is_lock_conflict(exc):
+                raise
+            logger.info(
+                "lock conflict in %s attempt=%s error=%s; running it again", what, attempt, exc
+            )
+            time.sleep(random.uniform(0, 0.02 * 2**attempt))  # noqa: S311 (jitter, not secrets)
+    raise AssertionError("unreachable")
+
+
+def lock_in_order(rows: models.QuerySet[Any], ids: Iterable[int] | None = None) -> list[int]:
+    """Lock ``rows`` (or those of them with the given ids) ``FOR UPDATE`` in ascending id order
+    and return their ids. Every manager that writes several rows takes its locks this way,
+    table by table in one order (disabled jobs, entries, group locks, then rows it owns), so
+    that no two of them can wait on each other in a cycle. Call inside a transaction."""
+    if ids is not None:
+        rows = rows.filter(pk__in=sorted(set(ids)))
+    return list(rows.order_by("pk").select_for_update().values_list("pk", flat=True))

@@ -12,6 +12,8 @@ from django.utils import timezone
 
 from django_iq import signals
 from django_iq.conf import iq_settings
+from django_iq.schedule import next_fire_time
+from django_iq.states import WAITING, EntryState
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -44,8 +46,8 @@ class CronJobManager(models.Manager["CronJob"]):
             if not iq.Entry.objects.filter(cron_job=cron_job).exists():
                 self.schedule_next(cron_job, now)
             return (
-                iq.Entry.objects.filter(cron_job=cron_job, state="initial").update(
-                    state="pending", run_at=now
+                iq.Entry.objects.filter(cron_job=cron_job, state=EntryState.INITIAL).update(
+                    state=EntryState.PENDING, run_at=now
                 )
                 > 0
             )
@@ -81,10 +83,10 @@ class CronJobManager(models.Manager["CronJob"]):
                     setattr(row, key, value)
                 row.save()
                 if schedule_changed:
-                    iq.Entry.objects.filter(cron_job=row, state="initial").delete()
+                    iq.Entry.objects.filter(cron_job=row, state=EntryState.INITIAL).delete()
                 changed += 1
         stale = self.filter(is_declared=True).exclude(name__in=list(declared))
-        iq.Entry.objects.filter(cron_job__in=stale, state="initial").delete()
+        iq.Entry.objects.filter(cron_job__in=stale, state=EntryState.INITIAL).delete()
         removed = stale.delete()[0]
         return changed, removed
 
@@ -94,7 +96,7 @@ class CronJobManager(models.Manager["CronJob"]):
         from django_iq import models as iq
 
         for cron_job in self.filter(is_enabled=False, entry__isnull=False):
-            iq.Entry.objects.filter(cron_job=cron_job, state__in=("initial", "pending")).exclude(
+            iq.Entry.objects.filter(cron_job=cron_job, state__in=WAITING).exclude(
                 Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key")))
             ).delete()
         created = 0
@@ -110,7 +112,6 @@ class CronJobManager(models.Manager["CronJob"]):
         fire time from now, so a missed period runs once (the overdue entry), not N times.
         """
         from django_iq import models as iq
-        from django_iq.cron import next_fire_time
 
         if not isinstance(cron_job, iq.CronJob):
             found = self.filter(pk=cron_job).first()
@@ -126,7 +127,7 @@ class CronJobManager(models.Manager["CronJob"]):
             args=cron_job.args,
             kwargs=cron_job.kwargs,
             priority=cron_job.priority,
-            state="initial",
+            state=EntryState.INITIAL,
             lock_key=f"cron:{cron_job.pk}",
             run_at=run_at,
             max_attempts=_job_max_attempts(cron_job.job_name),
@@ -153,7 +154,7 @@ class CronJobManager(models.Manager["CronJob"]):
 
         now = now or timezone.now()
         with transaction.atomic(using=router.db_for_write(iq.Entry)):
-            iq.Entry.objects.filter(cron_job=cron_job, state="initial").delete()
+            iq.Entry.objects.filter(cron_job=cron_job, state=EntryState.INITIAL).delete()
             return self.schedule_next(cron_job, now)
 
     def remove(self, cron_jobs: Iterable[CronJob]) -> int:

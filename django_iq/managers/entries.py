@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, router, transaction
@@ -14,7 +13,9 @@ from django.utils import timezone
 
 from django_iq import signals
 from django_iq.conf import iq_settings
-from django_iq.managers.common import ENQUEUE_BATCH_SIZE
+from django_iq.dbconn import reachable
+from django_iq.limits import resolve_run_at
+from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
 from django_iq.managers.outcomes import EntryOutcomeManager
 from django_iq.queries import (
     claim_in_one_statement,
@@ -23,6 +24,7 @@ from django_iq.queries import (
     supports_single_statement_claim,
 )
 from django_iq.serialization import validate_arguments
+from django_iq.states import WAITING, EntryState, lock_key_for
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -44,13 +46,13 @@ class Claim:
 
 class EntryQuerySet(models.QuerySet["Entry"]):
     def initial(self) -> EntryQuerySet:
-        return self.filter(state="initial")
+        return self.filter(state=EntryState.INITIAL)
 
     def pending(self) -> EntryQuerySet:
-        return self.filter(state="pending")
+        return self.filter(state=EntryState.PENDING)
 
     def disabled(self) -> EntryQuerySet:
-        return self.filter(state="disabled")
+        return self.filter(state=EntryState.DISABLED)
 
     def _locked(self) -> Exists:
         from django_iq import models as iq
@@ -107,15 +109,14 @@ class EntryManager(EntryOutcomeManager):
         kwargs: dict[str, Any],
         options: JobOptions,
         now: datetime,
+        run_at: datetime,
         disabled: bool,
     ) -> Entry:
         """Build an unsaved entry from arguments already checked by ``validate_arguments``."""
-        wanted = options.run_at
-        run_at = now + wanted if isinstance(wanted, timedelta) else (wanted or now)
         if disabled:
-            state = "disabled"
+            state = EntryState.DISABLED
         else:
-            state = "initial" if run_at > now else "pending"
+            state = EntryState.INITIAL if run_at > now else EntryState.PENDING
         return self.model(
             queue_id=options.queue_name,
             job_name=job.name,
@@ -124,7 +125,7 @@ class EntryManager(EntryOutcomeManager):
             priority=options.effective_priority,
             state=state,
             group_key=options.group_key,
-            lock_key=f"g:{options.group_key}" if options.group_key else f"e:{uuid.uuid4().hex}",
+            lock_key=lock_key_for(options.group_key),
             run_at=run_at,
             max_attempts=options.effective_max_attempts,
             enqueued_at=now,
@@ -168,15 +169,18 @@ class EntryManager(EntryOutcomeManager):
                     f"Call {index} must be an (args, kwargs) pair, got {call!r:.80}."
                 ) from None
             validated.append(validate_arguments(args, kwargs))
-        iq.Queue.objects.db_manager(db).ensure(options.queue_name)
-        disabled = iq.DisabledJob.objects.using(db).filter(job_name=job.name).exists()
-        entries = [
-            self._build(job, args, kwargs, options, now, disabled) for args, kwargs in validated
-        ]
-        for entry, result_id in zip(entries, result_ids or [], strict=False):
-            entry.result_id = result_id
-        with transaction.atomic(using=db):
-            created = self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
+        run_at = resolve_run_at(options.run_at, now)
+        with reachable(db, "nothing was enqueued"):
+            iq.Queue.objects.db_manager(db).ensure(options.queue_name)
+            disabled = iq.DisabledJob.objects.using(db).filter(job_name=job.name).exists()
+            entries = [
+                self._build(job, args, kwargs, options, now, run_at, disabled)
+                for args, kwargs in validated
+            ]
+            for entry, result_id in zip(entries, result_ids or [], strict=False):
+                entry.result_id = result_id
+            with transaction.atomic(using=db):
+                created = self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
         for entry in created:
             signals.entry_enqueued.send(sender=self.model, entry=entry)
         return created
@@ -244,7 +248,7 @@ class EntryManager(EntryOutcomeManager):
                 return []
             candidates = list(
                 self._on(db)
-                .filter(state="pending", queue_id=queue)
+                .filter(state=EntryState.PENDING, queue_id=queue)
                 .exclude(Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key"))))
                 .exclude(Exists(iq.DisabledJob.objects.filter(job_name=OuterRef("job_name"))))
                 .order_by("-priority", "pk")
@@ -279,13 +283,26 @@ class EntryManager(EntryOutcomeManager):
             )
             if not ids:
                 return 0
-            return self._on(db).filter(pk__in=ids, state="initial").update(state="pending")
+            return (
+                self._on(db)
+                .filter(pk__in=ids, state=EntryState.INITIAL)
+                .update(state=EntryState.PENDING)
+            )
 
     def run_now(self, ids: Iterable[int]) -> int:
         """Make deferred entries ``pending`` at once; return how many changed."""
-        return self.filter(pk__in=list(ids), state="initial").update(
-            state="pending", run_at=timezone.now()
-        )
+        db = router.db_for_write(self.model)
+        wanted = list(ids)
+
+        def write() -> int:
+            locked = lock_in_order(self._on(db).filter(state=EntryState.INITIAL), wanted)
+            return (
+                self._on(db)
+                .filter(pk__in=locked)
+                .update(state=EntryState.PENDING, run_at=timezone.now())
+            )
+
+        return atomic_retrying(db, write, "run_now")
 
     def cancel(self, ids: Iterable[int]) -> tuple[int, int]:
         """Delete the given entries unless a worker is running them.
@@ -309,10 +326,10 @@ class EntryManager(EntryOutcomeManager):
         from django_iq import models as iq
 
         db = router.db_for_write(self.model)
-        with transaction.atomic(using=db):
-            rows = list(
-                self._on(db).filter(pk__in=sorted(set(ids))).order_by("pk").select_for_update()
-            )
+        wanted = sorted(set(ids))
+
+        def write() -> tuple[list[Entry], list[int]]:
+            rows = list(self._on(db).filter(pk__in=wanted).order_by("pk").select_for_update())
             held = set(
                 iq.GroupLock.objects.using(db)
                 .filter(key__in={entry.lock_key for entry in rows})
@@ -324,7 +341,9 @@ class EntryManager(EntryOutcomeManager):
                 result_ids = [e.result_id for e in cancelled if e.result_id is not None]
                 if result_ids:
                     iq.Result.objects.db_manager(db).record_cancelled(result_ids, timezone.now())
-        return cancelled, [entry.pk for entry in rows if entry.lock_key in held]
+            return cancelled, [entry.pk for entry in rows if entry.lock_key in held]
+
+        return atomic_retrying(db, write, "cancel")
 
     def oldest_waiting(self) -> dict[str, datetime]:
         """The enqueue time of the oldest entry awaiting compute, per queue."""
@@ -350,13 +369,15 @@ class EntryManager(EntryOutcomeManager):
         from django_iq import models as iq
 
         db = router.db_for_write(self.model)
-        with transaction.atomic(using=db):
+
+        def write() -> int:
             iq.DisabledJob.objects.using(db).get_or_create(job_name=job_name)
+            waiting = self._on(db).filter(job_name=job_name, state__in=WAITING)
             return (
-                self._on(db)
-                .filter(job_name=job_name, state__in=("initial", "pending"))
-                .update(state="disabled")
+                self._on(db).filter(pk__in=lock_in_order(waiting)).update(state=EntryState.DISABLED)
             )
+
+        return atomic_retrying(db, write, "disable")
 
     def enable(self, job_name: str, now: datetime | None = None) -> int:
         """Claim ``job_name`` again: each disabled entry returns to ``initial`` or ``pending``
@@ -365,8 +386,12 @@ class EntryManager(EntryOutcomeManager):
 
         now = now or timezone.now()
         db = router.db_for_write(self.model)
-        with transaction.atomic(using=db):
+
+        def write() -> int:
             iq.DisabledJob.objects.using(db).filter(job_name=job_name).delete()
-            rows = self._on(db).filter(job_name=job_name, state="disabled")
-            deferred = rows.filter(run_at__gt=now).update(state="initial")
-            return deferred + rows.filter(run_at__lte=now).update(state="pending")
+            ids = lock_in_order(self._on(db).filter(job_name=job_name, state=EntryState.DISABLED))
+            rows = self._on(db).filter(pk__in=ids)
+            deferred = rows.filter(run_at__gt=now).update(state=EntryState.INITIAL)
+            return deferred + rows.filter(run_at__lte=now).update(state=EntryState.PENDING)
+
+        return atomic_retrying(db, write, "enable")

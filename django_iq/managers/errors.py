@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from django.db import models, router, transaction
+from django.db import models, router
 from django.utils import timezone
 
 from django_iq import signals
+from django_iq.limits import cut_message
+from django_iq.managers.common import atomic_retrying
+from django_iq.states import EntryState, lock_key_for
 
 if TYPE_CHECKING:
     from django_iq.models import (
         Entry,
         EntryError,
     )
+
+
+def _stored_json(value: Any) -> Any:
+    """The value as the entry stored it; a JSON ``null`` (a row written by hand) stays JSON
+    ``null``, where Django would write SQL NULL, which the column refuses."""
+    return models.Value(None, models.JSONField()) if value is None else value
 
 
 class EntryErrorQuerySet(models.QuerySet["EntryError"]):
@@ -49,14 +57,14 @@ class EntryErrorManager(models.Manager["EntryError"]):
             entry_id=entry.pk,
             queue_id=entry.queue_id,
             job_name=entry.job_name,
-            args=entry.args,
-            kwargs=entry.kwargs,
+            args=_stored_json(entry.args),
+            kwargs=_stored_json(entry.kwargs),
             priority=entry.priority,
             group_key=entry.group_key,
             max_attempts=entry.max_attempts,
             attempt=attempt,
             exception_class=exception_class[:255],
-            message=message,
+            message=cut_message(message),
             traceback=traceback,
             worker_name=worker_name[:200],
             enqueued_at=entry.enqueued_at,
@@ -112,10 +120,16 @@ class EntryErrorManager(models.Manager["EntryError"]):
 
         db = router.db_for_write(self.model)
         now = timezone.now()
-        ids = [e.pk for e in errors]
-        with transaction.atomic(using=db):
+        ids = sorted({e.pk for e in errors})
+
+        def write() -> list[Entry]:
             rows = list(
-                self.get_queryset().using(db).failed().filter(pk__in=ids).select_for_update()
+                self.get_queryset()
+                .using(db)
+                .failed()
+                .filter(pk__in=ids)
+                .order_by("pk")
+                .select_for_update()
             )
             # As with enqueue, an entry of a disabled job starts disabled, not pending.
             disabled = set(
@@ -130,9 +144,9 @@ class EntryErrorManager(models.Manager["EntryError"]):
                     args=e.args,
                     kwargs=e.kwargs,
                     priority=e.priority,
-                    state="disabled" if e.job_name in disabled else "pending",
+                    state=EntryState.DISABLED if e.job_name in disabled else EntryState.PENDING,
                     group_key=e.group_key,
-                    lock_key=f"g:{e.group_key}" if e.group_key else f"e:{uuid.uuid4().hex}",
+                    lock_key=lock_key_for(e.group_key),
                     run_at=now,
                     max_attempts=e.max_attempts,
                     enqueued_at=now,
@@ -141,6 +155,9 @@ class EntryErrorManager(models.Manager["EntryError"]):
             ]
             created = iq.Entry.objects.using(db).bulk_create(entries)
             self.using(db).filter(pk__in=[e.pk for e in rows]).update(requeued_at=now)
+            return created
+
+        created = atomic_retrying(db, write, "requeue")
         for entry in created:
             signals.entry_enqueued.send(sender=iq.Entry, entry=entry)
         return created

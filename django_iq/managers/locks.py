@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from django.db import models
 from django.db.models import Q
 
+from django_iq.states import MIN_PRIORITY
+
 if TYPE_CHECKING:
     from django_iq.models import (
         GroupLock,
@@ -83,7 +85,7 @@ class GroupLockManager(models.Manager["GroupLock"]):
                 outcome = "failed"
             else:
                 iq.Entry.objects.filter(pk=entry.pk).update(
-                    attempts=attempt, priority=max(-100, entry.priority - decay_step)
+                    attempts=attempt, priority=max(MIN_PRIORITY, entry.priority - decay_step)
                 )
                 outcome = "retry"
         self.filter(pk=lock.pk).delete()

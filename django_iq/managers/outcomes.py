@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import models, router, transaction
+from django.db import models, router
 from django.utils import timezone
 
-from django_iq.conf import iq_settings
-from django_iq.managers.common import TRUNCATED_MARK, storable_text
+from django_iq.limits import cut_message, cut_traceback
+from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
+from django_iq.states import EntryState
 
 if TYPE_CHECKING:
     from django_iq.models import Entry, EntryError
@@ -40,7 +41,8 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         from django_iq import models as iq
 
         db = router.db_for_write(self.model)
-        with transaction.atomic(using=db):
+
+        def write() -> bool:
             self._on(db).filter(pk=entry.pk).delete()
             if entry.result_id is not None:
                 iq.Result.objects.db_manager(db).record_success(
@@ -49,8 +51,11 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             if entry.cron_job_id is not None:
                 self._after_cron_run(entry, now or timezone.now())
             if lock_id is None:
+                self._moved_on(db, entry)
                 return True
             return iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()[0] > 0
+
+        return atomic_retrying(db, write, "complete")
 
     def complete_many(self, done: Sequence[tuple[Entry, int | None]]) -> set[int]:
         """Delete many finished entries and the given locks in one transaction; return the lock
@@ -66,16 +71,31 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             raise ValueError("complete_many() takes entries without a Tasks result or cron job")
         entry_ids = [entry.pk for entry, _ in done]
         lock_ids = [lock_id for _, lock_id in done if lock_id is not None]
-        with transaction.atomic(using=db):
-            if entry_ids:
-                self._on(db).filter(pk__in=entry_ids).delete()
+
+        def write() -> set[int]:
+            # Entries, then group locks, each locked in id order (see ``lock_in_order``).
+            found_entries = lock_in_order(self._on(db), entry_ids)
+            if found_entries:
+                self._on(db).filter(pk__in=found_entries).delete()
             if not lock_ids:
                 return set()
-            locks = iq.GroupLock.objects.using(db).filter(pk__in=lock_ids)
-            found = set(locks.values_list("pk", flat=True))
+            found = lock_in_order(iq.GroupLock.objects.using(db), lock_ids)
             if found:
                 iq.GroupLock.objects.using(db).filter(pk__in=found).delete()
-        return set(lock_ids) - found
+            return set(lock_ids) - set(found)
+
+        return atomic_retrying(db, write, "complete_many")
+
+    def _moved_on(self, db: str, entry: Entry) -> None:
+        """The outcome of an entry that is not its claim's last is written: its lock no longer
+        points at an entry in flight, so a death before the next entry starts (``track``)
+        charges no attempt to either (recovery releases the lock)."""
+        from django_iq import models as iq
+
+        if entry.group_key:
+            iq.GroupLock.objects.using(db).filter(key=entry.lock_key, entry_id=entry.pk).update(
+                entry_id=None
+            )
 
     def _after_cron_run(self, entry: Entry, now: datetime) -> None:
         """Record a cron entry's run and create the next one, in the caller's transaction."""
@@ -106,12 +126,12 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         db = router.db_for_write(self.model)
         attempt = entry.attempts + 1
         final = retry_at is None or attempt >= entry.max_attempts
-        message, traceback = storable_text(message), storable_text(traceback)
-        limit = iq_settings.TRACEBACK_MAX_CHARS
-        if len(traceback) > limit:
-            # Keep the end, where the exception is, and stay within the limit with the marker.
-            traceback = TRUNCATED_MARK + traceback[len(traceback) - limit + len(TRUNCATED_MARK) :]
-        with transaction.atomic(using=db):
+        message = storable_text(cut_message(message))
+        traceback = storable_text(cut_traceback(traceback))
+
+        def write() -> EntryError:
+            # The entry's row first, as every writer of several rows does (``lock_in_order``).
+            lock_in_order(self._on(db), [entry.pk])
             error = iq.EntryError.objects.db_manager(db).record(
                 entry,
                 attempt=attempt,
@@ -137,10 +157,14 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                     self._after_cron_run(entry, now)
             else:
                 # An entry disabled while it ran stays disabled; otherwise it waits for retry_at.
-                rows.exclude(state="disabled").update(
-                    state="initial", run_at=retry_at, attempts=attempt
+                rows.exclude(state=EntryState.DISABLED).update(
+                    state=EntryState.INITIAL, run_at=retry_at, attempts=attempt
                 )
-                rows.filter(state="disabled").update(run_at=retry_at, attempts=attempt)
+                rows.filter(state=EntryState.DISABLED).update(run_at=retry_at, attempts=attempt)
             if lock_id is not None:
                 iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()
-        return error
+            else:
+                self._moved_on(db, entry)
+            return error
+
+        return atomic_retrying(db, write, "fail")

@@ -5,32 +5,17 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from django_iq.models import Entry, EntryError, Queue
 from tests.conftest import wait_until
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
-from tests.processes import ROOT, command_env, finish, start_command
+from tests.processes import finish, manage, start_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 HEADER = "django_iq status at"
-
-
-def manage(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m django <args>`` to completion against the test database."""
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        cwd=ROOT,
-        env=command_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_status_json_printed_by_the_process_matches_the_database() -> None:

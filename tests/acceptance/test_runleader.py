@@ -11,7 +11,7 @@ from django.db import connection
 
 from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease, Worker
 from tests.conftest import wait_until
-from tests.processes import command_env, start_command
+from tests.processes import command_env, manage, start_command
 from tests.testapp.jobs import kill_worker, wait_for_file
 from tests.testapp.models import JobRun
 
@@ -154,3 +154,18 @@ def test_an_entry_that_keeps_killing_its_worker_decays_and_finally_fails() -> No
         command.send_signal(signal.SIGTERM)
         assert command.finish(60)[0] == 0
     assert "worker process crashed" in workers.output()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--lease-seconds", "nan"], "expected a finite number of seconds, got 'nan'"),
+        (["--lease-seconds", "0.5"], "must be at least 1, got 0.5"),
+        (["--poll-seconds", "inf"], "expected a finite number of seconds, got 'inf'"),
+        (["--poll-seconds", "-1"], "must be at least 0.01, got -1"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_message(option: list[str], message: str) -> None:
+    result = manage("runleader", *option)
+    assert result.returncode != 0
+    assert message in result.stderr

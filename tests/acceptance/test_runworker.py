@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 from django_iq.models import Entry, GroupLock, Worker
 from django_iq.worker import SAME_STOP_REQUEST_SECONDS
 from tests.conftest import wait_until
-from tests.processes import ROOT, command_env, finish, start_command
+from tests.processes import finish, manage, start_command
 from tests.testapp.jobs import record, wait_for_file
 from tests.testapp.models import JobRun
 
@@ -108,19 +106,15 @@ def test_burst_exits_zero_when_nothing_is_claimable() -> None:
         (["--threads", "0"], "must be greater than zero, got 0"),
         (["--processes", "two"], "expected a whole number, got 'two'"),
         (["--queues", " , "], "--queues needs at least one queue name"),
-        (["--shutdown-grace-seconds", "-1"], "--shutdown-grace-seconds must be >= 0"),
+        (["--shutdown-grace-seconds", "-1"], "must be at least zero, got -1"),
+        (["--shutdown-grace-seconds", "nan"], "expected a finite number of seconds, got 'nan'"),
+        (["--shutdown-grace-seconds", "inf"], "expected a finite number of seconds, got 'inf'"),
+        (["--shutdown-grace-seconds", "1e9"], "must be at most 86400, got 1e9"),
+        (["--threads", "100000"], "must be at most 512, got 100000"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_message(option: list[str], message: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "django", "runworker", "--burst", *option],
-        cwd=ROOT,
-        env=command_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = manage("runworker", "--burst", *option)
     assert result.returncode != 0
     assert message in result.stderr
 

@@ -101,7 +101,13 @@ def test_an_int_is_accepted_where_a_float_is_expected() -> None:
         ("PROCESSING_THREADS", 513, "[1, 512]", "4"),
         ("DEFAULT_PRIORITY", -101, "[-100, 100]", "0"),
         ("BACKOFF_JITTER", 1.5, "[0, 1]", "0.25"),
-        ("DEFAULT_MAX_ATTEMPTS", 0, "[1, ∞]", "3"),
+        ("DEFAULT_MAX_ATTEMPTS", 0, "[1, 100000]", "3"),
+        ("DEFAULT_MAX_ATTEMPTS", 2**40, "[1, 100000]", "3"),
+        ("BACKOFF_BASE_SECONDS", 1e12, "[0, 31536000]", "2.0"),
+        ("BACKOFF_MAX_SECONDS", float("inf"), "[0, 31536000]", "3600.0"),
+        ("BACKOFF_MAX_SECONDS", float("nan"), "[0, 31536000]", "3600.0"),
+        ("MAX_ARGUMENTS_BYTES", 10, "[1024, 268435456]", "1048576"),
+        ("ERROR_MESSAGE_MAX_CHARS", 0, "[100, 1000000]", "2000"),
     ],
 )
 def test_e004_numbers_out_of_range(key: str, value: float, bounds: str, default: str) -> None:
@@ -303,6 +309,20 @@ def test_w001_sqlite_without_immediate_transactions(monkeypatch: pytest.MonkeyPa
             id="django_iq.W001",
         )
     ]
+
+
+@pytest.mark.skipif(connections["default"].vendor != "mysql", reason="a MariaDB server setting")
+@pytest.mark.django_db
+def test_w002_max_arguments_bytes_too_close_to_max_allowed_packet() -> None:
+    from django_iq.checks import max_allowed_packet
+
+    packet = max_allowed_packet("default")
+    assert packet is not None
+    assert check_database(databases=["default"]) == [], "the defaults agree"
+    with iq(MAX_ARGUMENTS_BYTES=packet // 2):
+        (warning,) = check_database(databases=["default"])
+    assert warning.id == "django_iq.W002"
+    assert f"the max_allowed_packet of database 'default' ({packet:,} bytes)" in warning.msg
 
 
 def test_database_checks_run_only_when_databases_are_checked(

@@ -284,8 +284,8 @@ def test_status_refuses_an_unknown_queue_naming_it_and_the_known_ones() -> None:
     [
         (["--queues", " , "], "expected comma-separated names"),
         (["--watch", "0"], "must be greater than zero, got 0"),
-        (["--watch", "soon"], "expected a number of seconds, got 'soon'"),
-        (["--watch", "inf"], "expected a number of seconds, got 'inf'"),
+        (["--watch", "soon"], "expected a finite number of seconds, got 'soon'"),
+        (["--watch", "inf"], "expected a finite number of seconds, got 'inf'"),
     ],
 )
 def test_status_refuses_bad_options(option: list[str], message: str) -> None:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_iq.cron import CronDuty, PromotionDuty, next_fire_time, validate_schedule
+from django_iq.cron import CronDuty, PromotionDuty
 from django_iq.exceptions import LeadershipLost
 from django_iq.leader import Leader
 from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease, Queue, Worker
 from django_iq.pruning import PruningDuty
+from django_iq.queries import limit_lock_waits
 from django_iq.recovery import RecoveryDuty
+from django_iq.schedule import next_fire_time, validate_schedule
 from tests.conftest import wait_until
 from tests.factories import EntryErrorFactory, WorkerFactory
 from tests.testapp.jobs import record
@@ -275,3 +279,37 @@ def test_pruning_removes_only_records_past_their_time_to_live() -> None:
         running.pk,
     }
     assert not Worker.objects.filter(pk=long_gone.pk).exists()
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="SQLite writers wait on the file, not on rows"
+)
+@settings_with(ERROR_RETENTION_SECONDS=3600, WORKER_RETENTION_SECONDS=3600)
+def test_pruning_skips_and_reports_a_table_it_cannot_prune_and_prunes_the_others() -> None:
+    now = timezone.now()
+    stuck_error = EntryErrorFactory(failed_at=now - timedelta(hours=2))
+    long_gone = WorkerFactory(stopped_at=now - timedelta(hours=2))
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_error_row() -> None:
+        with transaction.atomic():
+            list(EntryError.objects.select_for_update().filter(pk=stuck_error.pk))
+            holding.set()
+            release.wait(30)
+        connections.close_all()
+
+    holder = threading.Thread(target=hold_the_error_row)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        limit_lock_waits("default", 1)
+        result = Leader(name="pruner", duties=[PruningDuty()], lease_seconds=30).run_once(now)
+    finally:
+        release.set()
+        holder.join()
+
+    pruned = result.ran["pruning"]
+    assert set(pruned.skipped) == {"errors"}
+    assert "OperationalError" in pruned.skipped["errors"]
+    assert pruned.workers == 1 and not Worker.objects.filter(pk=long_gone.pk).exists()
+    assert EntryError.objects.filter(pk=stuck_error.pk).exists()

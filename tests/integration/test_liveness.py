@@ -226,3 +226,45 @@ def test_a_claim_still_waiting_when_its_worker_is_declared_dead_claims_nothing(
 
     assert claim.result(10) == []
     assert not GroupLock.objects.exists()
+
+
+@pytest.mark.parametrize("outcome", ["failed with a retry", "succeeded"])
+def test_recovery_charges_no_entry_of_a_group_claim_whose_outcome_was_written(
+    outcome: str,
+) -> None:
+    from django.utils import timezone
+
+    from django_iq.leader import Leader
+    from django_iq.models import EntryError
+    from django_iq.recovery import RecoveryDuty
+
+    first = EntryFactory(group_key="g", lock_key="g:g")
+    second = EntryFactory(group_key="g", lock_key="g:g")
+    worker = register()
+    (claim,) = Entry.objects.claim(worker, 10, "default")
+    assert [e.pk for e in claim.entries] == [first.pk, second.pk]
+    # The worker ran the first entry of the claim and wrote its outcome (not the claim's last:
+    # the lock stays), then died before it moved on to the second.
+    if outcome == "succeeded":
+        Entry.objects.complete(claim.entries[0], None)
+    else:
+        Entry.objects.fail(
+            claim.entries[0],
+            None,
+            exception_class="builtins.ValueError",
+            message="first",
+            traceback="",
+            retry_at=timezone.now() + timedelta(hours=1),
+            worker_name=worker.name,
+        )
+    make_silent(worker)
+
+    Leader(name="leader", duties=[RecoveryDuty()], lease_seconds=30).run_once(timezone.now())
+
+    assert not GroupLock.objects.exists()
+    assert EntryError.objects.filter(exception_class__endswith="WorkerLost").count() == 0
+    assert Entry.objects.get(pk=second.pk).attempts == 0
+    if outcome != "succeeded":
+        retried = Entry.objects.get(pk=first.pk)
+        assert (retried.attempts, retried.state) == (1, "initial"), "charged once, not twice"
+        assert EntryError.objects.filter(entry_id=first.pk).count() == 1

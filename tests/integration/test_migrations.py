@@ -90,3 +90,43 @@ def test_django_iq_migrates_to_zero_and_back() -> None:
 
     entry = record.enqueue("after-remigrate")
     assert Entry.objects.filter(pk=entry.pk, queue=Queue.objects.get(name="default")).exists()
+
+
+POISONED_RUN_AT = {
+    # What a driver cannot read back: year 1 at +05:00 is year 0 in UTC on PostgreSQL.
+    "postgresql": "'0001-01-01 00:00:00+05:00'",
+    "mysql": "'1000-01-01 00:00:00'",
+    "sqlite": "'0001-01-01 00:00:00'",
+}
+
+
+def insert_by_hand(run_at_sql: str) -> None:
+    """Write an entry row with SQL, as a script or another program might."""
+    Queue.objects.get_or_create(name="default")
+    sql = (
+        "INSERT INTO django_iq_entry (queue, job_name, args, kwargs, priority, state, group_key,"
+        " lock_key, run_at, attempts, max_attempts, enqueued_at) VALUES ('default',"
+        " 'tests.testapp.jobs.noop', '[]', '{}', 0, 'initial', NULL, 'e:by-hand', %s, 0, 1,"
+        " '2026-01-01 00:00:00')"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql.replace("%s", run_at_sql))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_run_at_migration_moves_unreadable_times_into_range_and_then_refuses_them() -> None:
+    from django.db import IntegrityError
+
+    from django_iq.limits import EARLIEST_RUN_AT
+
+    try:
+        call_command("migrate", "django_iq", "0003", verbosity=0)
+        insert_by_hand(POISONED_RUN_AT[connection.vendor])
+        call_command("migrate", "django_iq", verbosity=0)
+    finally:
+        call_command("migrate", "django_iq", verbosity=0)
+
+    assert Entry.objects.get(lock_key="e:by-hand").run_at == EARLIEST_RUN_AT
+    Entry.objects.all().delete()
+    with pytest.raises(IntegrityError):
+        insert_by_hand(POISONED_RUN_AT[connection.vendor])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db.models import JSONField, Value
 
 from django_iq.models import Entry, EntryError, GroupLock, Queue, Worker
 from django_iq.worker import WorkerProcess
@@ -151,7 +152,13 @@ def test_worker_records_finished_work_per_minute_and_in_totals() -> None:
 
 @pytest.mark.parametrize(
     ("args", "kwargs", "what"),
-    [({"not": "a list"}, {}, "args must be a JSON array"), ([], ["not", "a dict"], "kwargs")],
+    [
+        ({"not": "a list"}, {}, "args must be a JSON array"),
+        ([], ["not", "a dict"], "kwargs"),
+        (Value(None, JSONField()), {}, "args must be a JSON array, got NoneType None"),
+        ([], Value(None, JSONField()), "kwargs must be a JSON object, got NoneType None"),
+    ],
+    ids=["args an object", "kwargs a list", "args JSON null", "kwargs JSON null"],
 )
 def test_a_row_written_by_hand_with_a_malformed_call_fails_for_good_and_others_run(
     args: object, kwargs: object, what: str

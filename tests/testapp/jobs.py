@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from django_iq import job
-from tests.testapp.models import JobRun
+from tests.testapp.models import JobRun, RecordedRun
 
 
 @job
@@ -80,4 +80,16 @@ def record_idempotent(token: str, seconds: float = 0.0) -> str:
     JobRun.objects.get_or_create(
         token=token, defaults={"finished_at": time.time(), "pid": os.getpid()}
     )
+    return token
+
+
+@job(max_attempts=20)
+def recorded(token: str, group_key: str = "", seconds: float = 0.0) -> str:
+    """The fault suite's job: record this run's start (committed before the work) and end."""
+    run = RecordedRun.objects.create(
+        token=token, group_key=group_key, pid=os.getpid(), started_at=time.time()
+    )
+    if seconds:
+        time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
+    RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
     return token

@@ -14,3 +14,18 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return self.token
+
+
+class RecordedRun(models.Model):
+    """One run of the fault suite's ``recorded`` job, written by the job itself: a row at its
+    start (committed at once) and its end time when it returns. A run whose process was killed
+    keeps ``finished_at`` empty."""
+
+    token = models.CharField(max_length=100, db_index=True)
+    group_key = models.CharField(max_length=100, blank=True)
+    pid = models.IntegerField()
+    started_at = models.FloatField()
+    finished_at = models.FloatField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.token} pid={self.pid}"

@@ -80,11 +80,13 @@ def test_the_decorator_validates_priority_too() -> None:
         job(priority=200)
 
 
-@pytest.mark.parametrize("max_attempts", [0, -1, True, 2.0, "3"])
-def test_max_attempts_must_be_an_integer_of_at_least_one(max_attempts: Any) -> None:
+@pytest.mark.parametrize("max_attempts", [0, -1, True, 2.0, "3", 2**40, 100_001])
+def test_max_attempts_must_be_an_integer_from_one_to_the_limit(max_attempts: Any) -> None:
     with pytest.raises(
         InvalidJobOptions,
-        match=re.escape(f"max_attempts must be an integer >= 1, got {max_attempts!r}."),
+        match=re.escape(
+            f"max_attempts must be an integer from 1 to 100,000, got {max_attempts!r}."
+        ),
     ):
         record.using(max_attempts=max_attempts)
 
@@ -123,10 +125,13 @@ def test_queue_names_longer_than_100_characters_are_rejected() -> None:
 
 
 @pytest.mark.parametrize("option", ["backoff_base_seconds", "backoff_max_seconds"])
-@pytest.mark.parametrize("value", [-1, True, "1"])
-def test_backoff_options_must_be_non_negative_numbers(option: str, value: Any) -> None:
+@pytest.mark.parametrize("value", [-1, True, "1", 1e12, float("inf"), float("nan")])
+def test_backoff_options_must_be_seconds_up_to_a_year(option: str, value: Any) -> None:
     with pytest.raises(
-        InvalidJobOptions, match=re.escape(f"{option} must be a number >= 0, got {value!r}.")
+        InvalidJobOptions,
+        match=re.escape(
+            f"{option} must be a number of seconds from 0 to 31,536,000 (a year), got {value!r}."
+        ),
     ):
         job(**{option: value})
 

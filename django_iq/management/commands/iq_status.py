@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import signal
 import threading
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 
+from django_iq.management.argtypes import seconds
 from django_iq.status import read_status, render_text, split_names, unknown_queue_message
 
 DEFAULT_WATCH_SECONDS = 2.0
@@ -21,17 +21,7 @@ DEFAULT_WATCH_SECONDS = 2.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
-def watch_seconds(value: str) -> float:
-    """The ``--watch`` interval: a finite number of seconds above zero (argparse ``type=``)."""
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}")
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than zero, got {value}")
-    return number
+watch_seconds = seconds(0, 86_400, above_minimum=True)
 
 
 def wait_for_stop(stop: threading.Event, seconds: float) -> bool:

@@ -9,17 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_iq.leader import Leader
+from django_iq.management.argtypes import seconds
 from django_iq.management.logconfig import configure_logging
-
-
-def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than zero, got {number}")
-    return number
 
 
 class Command(BaseCommand):
@@ -29,8 +20,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--name", help="Node name prefix (default: host name); the pid is appended."
         )
-        parser.add_argument("--lease-seconds", type=positive_float, help="Leadership lease length.")
-        parser.add_argument("--poll-seconds", type=positive_float, help="Seconds between passes.")
+        parser.add_argument(
+            "--lease-seconds", type=seconds(1, 3600), help="Leadership lease length (1 to 3600)."
+        )
+        parser.add_argument(
+            "--poll-seconds",
+            type=seconds(0.01, 600),
+            help="Seconds between passes (0.01 to 600).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["verbosity"] >= 1:

@@ -11,20 +11,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import router
 
 from django_iq.exceptions import QueueNotFound
+from django_iq.management.argtypes import seconds, whole
 from django_iq.management.logconfig import configure_logging
 from django_iq.models import Entry, Queue
 from django_iq.supervisor import run_supervisor
 from django_iq.worker import WorkerProcess
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be greater than zero, got {number}")
-    return number
 
 
 class Command(BaseCommand):
@@ -32,12 +23,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--queues", help="Comma-separated queues to serve (default: all).")
-        parser.add_argument("--threads", type=positive_int, help="Processing threads per process.")
+        parser.add_argument("--threads", type=whole(1, 512), help="Processing threads per process.")
         parser.add_argument(
-            "--scheduling-threads", type=positive_int, help="Scheduling threads per process."
+            "--scheduling-threads", type=whole(1, 16), help="Scheduling threads per process."
         )
         parser.add_argument(
-            "--processes", type=positive_int, default=1, help="Worker processes (default 1)."
+            "--processes", type=whole(1, 256), default=1, help="Worker processes (default 1)."
         )
         parser.add_argument(
             "--burst", action="store_true", help="Exit 0 once nothing is claimable."
@@ -46,7 +37,9 @@ class Command(BaseCommand):
             "--name", help="Node name prefix (default: host name); the pid is appended."
         )
         parser.add_argument(
-            "--shutdown-grace-seconds", type=float, help="Wait this long for running jobs on stop."
+            "--shutdown-grace-seconds",
+            type=seconds(0, 86_400),
+            help="Wait this long for running jobs on stop (0 to 86400).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -54,8 +47,6 @@ class Command(BaseCommand):
         if options["queues"] is not None and not queues:
             raise CommandError("--queues needs at least one queue name.")
         grace = options["shutdown_grace_seconds"]
-        if grace is not None and grace < 0:
-            raise CommandError(f"--shutdown-grace-seconds must be >= 0, got {grace}.")
         if options["verbosity"] >= 1:
             configure_logging(logging.DEBUG if options["verbosity"] >= 3 else logging.INFO)
         for name in queues or []:

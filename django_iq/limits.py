@@ -1,0 +1,117 @@
+"""Bounds on what can be stored, in one place: each is what every supported database holds and
+reads back exactly (PostgreSQL, MariaDB, SQLite), with room to spare. See docs/reference/limits.md."""
+
+from __future__ import annotations
+
+import traceback as tb
+from datetime import UTC, datetime, timedelta
+
+from django_iq.conf import iq_settings
+from django_iq.exceptions import InvalidJobOptions
+
+# run_at, in UTC: PostgreSQL stores years 4713 BC to 294276 AD but Python reads only 1 to 9999,
+# and a time zone offset near either end crosses the year; MariaDB's DATETIME holds 1000-9999.
+EARLIEST_RUN_AT = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST_RUN_AT = datetime(9000, 1, 1, tzinfo=UTC)
+# Integers in arguments: 64-bit signed, what every database's JSON and most JSON readers hold.
+MIN_INT, MAX_INT = -(2**63), 2**63 - 1
+# Floats from 2**53 up are whole numbers, which PostgreSQL's jsonb gives back as integers, not
+# always equal to the float sent (1e300 comes back as 10**300).
+MAX_EXACT_FLOAT = float(2**53)
+# Lists and dicts inside one argument: MariaDB's JSON functions refuse a document nested more
+# than 32 levels, and the stored ``args`` list is one level itself.
+MAX_ARGUMENT_DEPTH = 30
+# max_attempts: a PositiveIntegerField holds 2**31 - 1; nobody retries more than this.
+MAX_ATTEMPTS_LIMIT = 100_000
+# Backoff options and settings, in seconds: a year.
+MAX_BACKOFF_SECONDS = 365 * 86_400.0
+# Queue names, group keys and job names: no NUL (PostgreSQL refuses it in text) and valid UTF-8.
+
+
+CUT_MARK = " ... (cut)"
+TRUNCATED_MARK = "... (truncated)\n"
+
+
+def cut_message(message: str) -> str:
+    """``message`` cut to ``ERROR_MESSAGE_MAX_CHARS``, its beginning kept and the cut marked,
+    as it is stored and logged."""
+    limit = iq_settings.ERROR_MESSAGE_MAX_CHARS
+    if len(message) <= limit:
+        return message
+    return message[: limit - len(CUT_MARK)] + CUT_MARK
+
+
+def cut_traceback(text: str) -> str:
+    """``text`` cut to ``TRACEBACK_MAX_CHARS``, keeping the end, where the exception is."""
+    limit = iq_settings.TRACEBACK_MAX_CHARS
+    if len(text) <= limit:
+        return text
+    return TRUNCATED_MARK + text[len(text) - limit + len(TRUNCATED_MARK) :]
+
+
+def format_failure(exc: BaseException) -> tuple[str, str]:
+    """The message and traceback of ``exc`` as stored and logged, each within its limit; a long
+    message is cut inside the traceback too, so the frames above it are kept."""
+    message = str(exc)
+    short = cut_message(message)
+    text = "".join(tb.format_exception(exc))
+    if short != message:
+        text = text.replace(message, short)
+    return short, cut_traceback(text)
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored in a text column of every database, or None."""
+    if "\x00" in text:
+        return f"has a NUL character (\\x00) at position {text.index(chr(0))}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"has a lone surrogate at position {exc.start}, which is not valid Unicode"
+    return None
+
+
+def run_at_problem(run_at: datetime) -> str | None:
+    """Why an aware ``run_at`` is out of bounds, or None."""
+    try:
+        utc = run_at.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not EARLIEST_RUN_AT <= utc <= LATEST_RUN_AT:
+        return (
+            f"run_at {run_at.isoformat()} is out of range; it must fall between "
+            f"{EARLIEST_RUN_AT:%Y-%m-%d} and {LATEST_RUN_AT:%Y-%m-%d} UTC"
+        )
+    return None
+
+
+def add_delay(now: datetime, delay: timedelta) -> datetime | None:
+    """``now + delay``, or None if that is not a datetime Python can hold."""
+    try:
+        return now + delay
+    except OverflowError:
+        return None
+
+
+def capped_backoff(base: float, cap: float, attempt: int) -> float:
+    """``min(cap, base * 2 ** (attempt - 1))`` without overflowing for any attempt number."""
+    try:
+        return float(min(cap, base * 2.0 ** (attempt - 1)))
+    except OverflowError:
+        return float(cap)
+
+
+def resolve_run_at(wanted: datetime | timedelta | None, now: datetime) -> datetime:
+    """The UTC time an entry enqueued at ``now`` may run: ``wanted`` itself, ``now`` plus a
+    delay, or ``now``; raise ``InvalidJobOptions`` if a delay takes it out of bounds."""
+    if wanted is None:
+        return now
+    if isinstance(wanted, timedelta):
+        run_at = add_delay(now, wanted)
+        if run_at is None or run_at_problem(run_at) is not None:
+            raise InvalidJobOptions(
+                f"run_at = now + {wanted!r} is out of range; a delay must end between "
+                f"{EARLIEST_RUN_AT:%Y-%m-%d} and {LATEST_RUN_AT:%Y-%m-%d} UTC."
+            )
+        return run_at.astimezone(UTC)
+    return wanted.astimezone(UTC)

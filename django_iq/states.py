@@ -1,0 +1,47 @@
+"""The states of entries and task results, the states inferred from them, the priority bounds
+and the group-lock key rule: the bottom of the package, importing nothing of it."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
+
+class EntryState(models.TextChoices):
+    """Stored entry states; computing, awaiting_compute and failed are inferred."""
+
+    INITIAL = "initial", "initial"
+    PENDING = "pending", "pending"
+    DISABLED = "disabled", "disabled"
+
+
+# Entries that will run unless something changes: deferred or ready.
+WAITING = (EntryState.INITIAL, EntryState.PENDING)
+
+# Inferred: a pending entry whose group lock is held, one whose lock is free, and an entry that
+# failed for good (a final error record not requeued).
+COMPUTING, AWAITING_COMPUTE, FAILED = "computing", "awaiting_compute", "failed"
+# Every state a queue's counts report, in display order.
+COUNTED_STATES = (*EntryState.values, COMPUTING, AWAITING_COMPUTE, FAILED)
+
+
+class ResultStatus(models.TextChoices):
+    """The Django Tasks framework's statuses."""
+
+    READY = "READY", "ready"
+    RUNNING = "RUNNING", "running"
+    FAILED = "FAILED", "failed"
+    SUCCESSFUL = "SUCCESSFUL", "successful"
+
+
+def group_lock_key(group_key: str) -> str:
+    """The lock key every entry of group ``group_key`` shares."""
+    return f"g:{group_key}"
+
+
+def lock_key_for(group_key: str | None) -> str:
+    """A new entry's lock key: its group's, or one of its own when it is not grouped."""
+    return group_lock_key(group_key) if group_key else f"e:{uuid.uuid4().hex}"

@@ -1,0 +1,107 @@
+"""Processes frozen and killed while they run jobs: SIGSTOP/SIGCONT for longer than the
+silence limit, and kill -9 of workers and of ``--processes`` children at random moments.
+Only runs that were in flight on the frozen or killed process may overlap with another run."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+
+import pytest
+from django.db import connection
+
+from django_iq import enqueue_many
+from django_iq.models import Worker
+from tests.conftest import wait_until
+from tests.faults.harness import (
+    FaultWindow,
+    Verdict,
+    children,
+    judge,
+    kill_hard,
+    kill_pid,
+    start_leader,
+    start_worker,
+    stop_all,
+    wait_for_all,
+    wait_for_no_locks,
+)
+from tests.testapp.jobs import recorded
+from tests.testapp.models import RecordedRun
+
+
+def enqueue(prefix: str, count: int, seconds: float, groups: int = 4) -> set[str]:
+    """``count`` entries, one in five grouped into ``groups`` groups."""
+    tokens = {f"{prefix}-{i}" for i in range(count)}
+    single = [((t,), {"seconds": seconds}) for t in sorted(tokens)[count // 5 :]]
+    enqueue_many(recorded, single)
+    for i, token in enumerate(sorted(tokens)[: count // 5]):
+        group = f"{prefix}-g{i % groups}"
+        recorded.using(group_key=group).enqueue(token, group_key=group, seconds=seconds)
+    return tokens
+
+
+def live_workers() -> int:
+    return Worker.objects.filter(role="worker", stopped_at__isnull=True).count()
+
+
+@pytest.mark.parametrize("rounds", [2])
+def test_a_worker_frozen_past_the_silence_limit_while_it_runs_jobs(
+    rounds: int, verdicts: list[Verdict]
+) -> None:
+    workers = [start_worker("--threads", "2") for _ in range(2)]
+    leader = start_leader()
+    wait_until(lambda: live_workers() == 2)
+    tokens: set[str] = set()
+    windows: list[FaultWindow] = []
+    for round_number in range(rounds):
+        tokens |= enqueue(f"stop{round_number}", 40, seconds=0.3)
+        target = workers[round_number % 2]
+        wait_until(
+            lambda target=target: RecordedRun.objects.filter(
+                pid=target.pid, finished_at__isnull=True
+            ).exists(),
+            message="the worker to be running a job",
+        )
+        stopped_at = time.time()
+        target.send_signal(signal.SIGSTOP)
+        time.sleep(5)  # longer than the test settings' silence limit (3 s)
+        target.send_signal(signal.SIGCONT)
+        windows.append(FaultWindow(target.pid, stopped_at, time.time()))
+    wait_for_all(tokens, timeout=120)
+    stop_all([*workers, leader])
+    wait_for_no_locks()
+
+    verdict = judge("SIGSTOP 5 s / SIGCONT (silence 3 s)", tokens, windows, faults=rounds)
+    verdicts.append(verdict)
+    assert verdict.problems() == []
+    assert all(code is not None for code in (w.poll() for w in workers))
+
+
+ENTRIES = {"postgresql": 5000, "mysql": 1500, "sqlite": 1000}
+
+
+def test_workers_and_children_killed_at_random_moments(verdicts: list[Verdict]) -> None:
+    rng = random.Random(8)
+    count = ENTRIES[connection.vendor]
+    tokens = enqueue("kill", count, seconds=0.002, groups=10)
+    singles = [start_worker("--threads", "4") for _ in range(2)]
+    supervised = start_worker("--processes", "2", "--threads", "2")
+    leader = start_leader()
+    windows: list[FaultWindow] = []
+    for round_number in range(6):
+        time.sleep(rng.uniform(0.5, 1.5))
+        if round_number % 2 and children(supervised):
+            windows.append(kill_pid(rng.choice(children(supervised))))  # the supervisor restarts it
+        else:
+            index = rng.randrange(len(singles))
+            windows.append(kill_hard(singles[index]))
+            singles[index] = start_worker("--threads", "4")
+    wait_for_all(tokens, timeout=300)
+    stop_all([*singles, supervised, leader])
+    wait_for_no_locks()
+
+    verdict = judge("kill -9 of workers and children", tokens, windows, faults=len(windows))
+    verdicts.append(verdict)
+    assert verdict.problems() == []
