@@ -70,6 +70,16 @@ class EntryLife(RuleBasedStateMachine):
     @rule(index=st.integers(0, 1), limit=st.integers(1, 4))
     def claim(self, index: int, limit: int) -> None:
         worker = self.workers[index]
+        # A live worker heartbeats: without it, an example that runs past the silence limit
+        # would claim nothing, and hypothesis would see the same steps behave differently.
+        assert Worker.objects.heartbeat(
+            worker,
+            busy_threads=0,
+            cpu_percent=0.0,
+            memory_percent=0.0,
+            is_throttled=False,
+            held_lock_ids=[claim.lock_id for claim in self.claims[worker.pk]],
+        )
         self.claims[worker.pk] += Entry.objects.claim(worker, limit, "default")
 
     def pick(self, position: int) -> tuple[Worker, Claim]:
