@@ -23,6 +23,7 @@ from django.db import InterfaceError, OperationalError, connections
 
 from django_iq.dbconn import refresh_connections
 from django_iq.models import Entry
+from django_iq.registry import catalog
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class AckWriter:
         for ack in batch:
             try:
                 refresh_connections()
-                if not Entry.objects.complete(ack.entry, ack.lock_id):
+                if not Entry.objects.complete(ack.entry, ack.lock_id, jobs=catalog):
                     log_lock_lost(ack.entry)
             except Exception:  # safe: the claim is released below, and recovery reruns the entry
                 logger.exception(

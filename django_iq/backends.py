@@ -17,7 +17,7 @@ from django_iq import signals
 from django_iq.dbconn import reachable, with_db_retry
 from django_iq.exceptions import DatabaseUnavailable, InvalidJobOptions, IQError
 from django_iq.models import Entry, EntryError, Result
-from django_iq.registry import Job, JobOptions, get_job, register, registered_jobs
+from django_iq.registry import Job, JobOptions, catalog, get_job, register, registered_jobs
 from django_iq.serialization import validate_arguments
 from django_iq.tasks_compat import (
     BaseTaskBackend,
@@ -166,7 +166,7 @@ class IQBackend(BaseTaskBackend):
                     enqueued_at=now,
                 )
                 Entry.objects.enqueue_many(
-                    job, [(args, kwargs)], _options(task), result_ids=[result_id]
+                    job.name, [(args, kwargs)], _options(task), jobs=catalog, result_ids=[result_id]
                 )
         except IQError as exc:
             if isinstance(exc, TypeError | DatabaseUnavailable):

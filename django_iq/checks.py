@@ -11,7 +11,9 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
 from django_iq.conf import ENV_PREFIX, SETTINGS, iq_settings
-from django_iq.exceptions import ImproperlyConfiguredIQ
+from django_iq.exceptions import ImproperlyConfiguredIQ, JobNotRegistered
+from django_iq.models import Entry
+from django_iq.registry import get_job
 from django_iq.schedule import validate_schedule
 
 QUEUE_OPTIONS = ("weight", "max_concurrency", "is_paused")
@@ -182,8 +184,6 @@ def check_database(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """Warn when SQLite is used without IMMEDIATE transactions (concurrent claims would fail)."""
-    from django_iq.models import Entry
-
     if not databases:
         return []
     alias = router.db_for_write(Entry)
@@ -275,9 +275,6 @@ def check_leader_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
 
 
 def _check_cron(cron: dict[str, Any]) -> list[CheckMessage]:
-    from django_iq.exceptions import JobNotRegistered
-    from django_iq.registry import get_job
-
     errors: list[CheckMessage] = []
     for name, spec in cron.items():
         where = f"DJANGO_IQ['CRON'][{name!r}]"

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_iq.exceptions import ImproperlyConfiguredIQ
 from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
 
 ENV_PREFIX = "DJANGO_IQ_"
@@ -113,8 +114,6 @@ class IQSettings:
 
 
 def _parse_env(key: str, raw: str, spec: Setting) -> Any:
-    from django_iq.exceptions import ImproperlyConfiguredIQ
-
     try:
         value = int(raw) if spec.types == (int,) else float(raw)
     except ValueError:

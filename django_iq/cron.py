@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django_iq.conf import iq_settings
-from django_iq.models import CronJob
+from django_iq.models import CronJob, Entry
+from django_iq.registry import catalog
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +37,8 @@ class CronDuty:
     def run_once(self, now: datetime, fence: Fence) -> CronPass:
         """Sync declared cron jobs and create missing entries, under the leader's fence."""
         with fence():
-            synced, removed = CronJob.objects.sync_declared(iq_settings.CRON)
-            created = CronJob.objects.ensure_entries(now)
+            synced, removed = CronJob.objects.sync_declared(iq_settings.CRON, catalog)
+            created = CronJob.objects.ensure_entries(now, catalog)
         if synced or removed or created:
             logger.info("cron synced=%s removed=%s entries_created=%s", synced, removed, created)
         return CronPass(synced, removed, created)
@@ -53,8 +54,6 @@ class PromotionDuty:
         return float(iq_settings.PROMOTE_INTERVAL_SECONDS)
 
     def run_once(self, now: datetime, fence: Fence) -> int:
-        from django_iq.models import Entry
-
         with fence():
             promoted = Entry.objects.promote_due(now)
         if promoted:

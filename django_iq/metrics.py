@@ -9,8 +9,8 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from django_iq.managers.metrics import QueueTally, minute_of
-from django_iq.models import DURATION_BUCKETS_SECONDS, QueueMinute
+from django_iq.managers.metrics import DURATION_BUCKETS_SECONDS, QueueTally, minute_of
+from django_iq.models import QueueMinute
 
 
 class Tally:

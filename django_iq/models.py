@@ -356,11 +356,6 @@ class QueueMinute(models.Model):
         return f"{self.queue} {self.minute:%Y-%m-%d %H:%M}: {self.done} done, {self.failed} failed"
 
 
-# Upper bounds, in seconds, of the job duration histogram kept in QueueTotal (Prometheus "le").
-DURATION_BUCKETS_SECONDS = (0.01, 0.1, 1.0, 10.0, 60.0, 600.0)
-BUCKET_FIELDS = ("le_0_01", "le_0_1", "le_1", "le_10", "le_60", "le_600")
-
-
 class QueueTotal(models.Model):
     """Work finished per queue since the queue's first job: monotonic counters and a duration
     histogram for the Prometheus endpoint. Added to with each worker heartbeat, never pruned."""

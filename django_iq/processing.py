@@ -22,7 +22,7 @@ from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.limits import capped_backoff, cut_message, format_failure
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock
-from django_iq.registry import Job, get_job
+from django_iq.registry import Job, catalog, get_job
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -37,7 +37,7 @@ def retry_delay_seconds(
     ``[1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER]`` so retries of a burst of failures spread out.
     """
     if job is not None:
-        delay = job.backoff_seconds(attempt)
+        delay = job.options.backoff_seconds(attempt)
     else:
         delay = capped_backoff(
             iq_settings.BACKOFF_BASE_SECONDS, iq_settings.BACKOFF_MAX_SECONDS, attempt
@@ -177,7 +177,8 @@ class Processor:
             return True, True
         refresh_connections()
         lock_held = with_db_retry(
-            lambda: Entry.objects.complete(entry, lock_id, return_value=return_value), "complete"
+            lambda: Entry.objects.complete(entry, lock_id, return_value=return_value, jobs=catalog),
+            "complete",
         )
         if not lock_held:
             log_lock_lost(entry)
@@ -280,6 +281,7 @@ class Processor:
                 retry_at=retry_at,
                 worker_name=self.worker_name,
                 now=now,
+                jobs=catalog,
             ),
             "fail",
         )

@@ -16,9 +16,8 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
 from django_iq.conf import iq_settings
+from django_iq.managers.metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
 from django_iq.models import (
-    BUCKET_FIELDS,
-    DURATION_BUCKETS_SECONDS,
     Entry,
     Queue,
     QueueTotal,

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.db import connections
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
+
+from django_iq.appmodels import iq
+
+
+def db_now_plus(seconds: float) -> Any:
+    """Database time plus ``seconds``, so leases never depend on the hosts' clocks."""
+    return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
+
 
 # Insert group locks, skipping keys another claimer holds, and return the keys actually taken.
 # PostgreSQL and SQLite (>= 3.35) both speak ON CONFLICT ... RETURNING.
@@ -57,13 +68,11 @@ def insert_group_locks(
     Keys are inserted in sorted order so two claimers waiting on each other's uncommitted
     inserts always wait in the same direction and cannot deadlock.
     """
-    from django_iq.models import GroupLock
-
     if not keys:
         return {}
     connection = connections[using]
     quote = connection.ops.quote_name
-    opts = GroupLock._meta
+    opts = iq.GroupLock._meta
     column = {f.name: quote(str(f.column)) for f in opts.concrete_fields}
     ordered = sorted(set(keys))
     sql = _template(_INSERT_LOCKS_BY_VENDOR, connection.vendor, "claim entries").format(
@@ -144,7 +153,6 @@ def claim_in_one_statement(
     Return ``(entry, lock id)`` pairs in claim order; entries are ``Entry`` instances. Nothing
     is claimed for a worker that is stopped or silent for ``silent_after_seconds``.
     """
-    from django_iq.models import DisabledJob, Entry, GroupLock, Queue, Worker
 
     connection = connections[using]
     quote = connection.ops.quote_name
@@ -152,33 +160,33 @@ def claim_in_one_statement(
     def col(model: Any, name: str) -> str:
         return quote(str(model._meta.get_field(name).column))
 
-    fields = Entry._meta.concrete_fields
+    fields = iq.Entry._meta.concrete_fields
     sql = CLAIM_POSTGRESQL.format(
-        worker_table=quote(str(Worker._meta.db_table)),
-        worker_id=col(Worker, "id"),
-        stopped_at=col(Worker, "stopped_at"),
-        heartbeat_at=col(Worker, "heartbeat_at"),
+        worker_table=quote(str(iq.Worker._meta.db_table)),
+        worker_id=col(iq.Worker, "id"),
+        stopped_at=col(iq.Worker, "stopped_at"),
+        heartbeat_at=col(iq.Worker, "heartbeat_at"),
         worker_check="TRUE" if worker_id is None else "EXISTS (SELECT 1 FROM w)",
-        queue_table=quote(str(Queue._meta.db_table)),
-        queue_name=col(Queue, "name"),
-        is_paused=col(Queue, "is_paused"),
-        max_concurrency=col(Queue, "max_concurrency"),
-        entry_table=quote(str(Entry._meta.db_table)),
-        id=col(Entry, "id"),
-        lock_key=col(Entry, "lock_key"),
-        state=col(Entry, "state"),
-        entry_queue=col(Entry, "queue"),
-        job_name=col(Entry, "job_name"),
-        priority=col(Entry, "priority"),
-        lock_table=quote(str(GroupLock._meta.db_table)),
-        key=col(GroupLock, "key"),
-        lock_queue=col(GroupLock, "queue"),
-        worker=col(GroupLock, "worker"),
-        locked_at=col(GroupLock, "locked_at"),
-        lock_entry=col(GroupLock, "entry_id"),
-        lock_id=col(GroupLock, "id"),
-        disabled_table=quote(str(DisabledJob._meta.db_table)),
-        disabled_job=col(DisabledJob, "job_name"),
+        queue_table=quote(str(iq.Queue._meta.db_table)),
+        queue_name=col(iq.Queue, "name"),
+        is_paused=col(iq.Queue, "is_paused"),
+        max_concurrency=col(iq.Queue, "max_concurrency"),
+        entry_table=quote(str(iq.Entry._meta.db_table)),
+        id=col(iq.Entry, "id"),
+        lock_key=col(iq.Entry, "lock_key"),
+        state=col(iq.Entry, "state"),
+        entry_queue=col(iq.Entry, "queue"),
+        job_name=col(iq.Entry, "job_name"),
+        priority=col(iq.Entry, "priority"),
+        lock_table=quote(str(iq.GroupLock._meta.db_table)),
+        key=col(iq.GroupLock, "key"),
+        lock_queue=col(iq.GroupLock, "queue"),
+        worker=col(iq.GroupLock, "worker"),
+        locked_at=col(iq.GroupLock, "locked_at"),
+        lock_entry=col(iq.GroupLock, "entry_id"),
+        lock_id=col(iq.GroupLock, "id"),
+        disabled_table=quote(str(iq.DisabledJob._meta.db_table)),
+        disabled_job=col(iq.DisabledJob, "job_name"),
         entry_columns=", ".join(f"e.{quote(str(f.column))}" for f in fields),
     )
     params = {
@@ -198,7 +206,7 @@ def claim_in_one_statement(
             convert(value, None, connection) if convert is not None else value
             for convert, value in zip(converters, row[:-1], strict=True)
         ]
-        claimed.append((Entry.from_db(using, attnames, values), row[-1]))
+        claimed.append((iq.Entry.from_db(using, attnames, values), row[-1]))
     return claimed
 
 
@@ -216,11 +224,8 @@ def lock_live_worker(using: str, worker_id: int, silent_after_seconds: float) ->
     declaring it dead waits for the claim's transaction, and a claim that starts after it
     finds the row stopped.
     """
-    from django_iq.managers.common import db_now_plus
-    from django_iq.models import Worker
-
     connection = connections[using]
-    live = Worker.objects.using(using).filter(
+    live = iq.Worker.objects.using(using).filter(
         pk=worker_id, stopped_at__isnull=True, heartbeat_at__gte=db_now_plus(-silent_after_seconds)
     )
     sql, params = live.values_list("pk").query.sql_with_params()

@@ -19,6 +19,7 @@ from django_iq.conf import iq_settings
 from django_iq.cron import Fence
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import Entry, GroupLock, Worker
+from django_iq.registry import catalog
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +163,11 @@ class RecoveryDuty:
             if not stuck.counts_attempt:
                 return "released" if GroupLock.objects.release([current.pk]) else None
             return GroupLock.objects.recover(
-                current, stuck.reason, decay_step=iq_settings.PRIORITY_DECAY_STEP, now=now
+                current,
+                stuck.reason,
+                decay_step=iq_settings.PRIORITY_DECAY_STEP,
+                now=now,
+                jobs=catalog,
             )
 
 

@@ -8,179 +8,59 @@ import importlib
 import inspect
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from asgiref.sync import async_to_sync
-from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
+from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.exceptions import InvalidJobOptions, JobNotRegistered
-from django_iq.limits import (
-    MAX_ATTEMPTS_LIMIT,
-    MAX_BACKOFF_SECONDS,
-    capped_backoff,
-    run_at_problem,
-    text_problem,
+from django_iq.options import (
+    JOB_OPTIONS,
+    MAX_GROUP_KEY_LENGTH,
+    USING_OPTIONS,
+    JobOptions,
+    settings_queues,
+    unknown_option,
+    validate_priority,
+    validate_run_at,
 )
-from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
 
 if TYPE_CHECKING:
     from django_iq.models import Entry
 
+__all__ = [
+    "JOB_OPTIONS",
+    "MAX_GROUP_KEY_LENGTH",
+    "USING_OPTIONS",
+    "BoundJob",
+    "Job",
+    "JobOptions",
+    "RegisteredJobs",
+    "autodiscover",
+    "catalog",
+    "declared_queues",
+    "enqueue",
+    "enqueue_many",
+    "get_job",
+    "job",
+    "register",
+    "registered_jobs",
+    "validate_priority",
+    "validate_run_at",
+]
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# An entry's lock key is "g:" + its group key, stored in a 200-character column.
-MAX_GROUP_KEY_LENGTH = 198
 # Entry.job_name is a 200-character column.
 MAX_JOB_NAME_LENGTH = 200
-# Options accepted by ``@job(...)`` and ``Job.using(...)``; ``run_at`` only by ``using``.
-JOB_OPTIONS = (
-    "queue",
-    "priority",
-    "max_attempts",
-    "group_key",
-    "backoff_base_seconds",
-    "backoff_max_seconds",
-)
-# Backoff belongs to the job (workers read it from the registry), so using() cannot change it.
-USING_OPTIONS = ("queue", "priority", "max_attempts", "group_key", "run_at")
 
 _jobs: dict[str, Job[Any, Any]] = {}
 _discovered = False
 _discover_lock = threading.Lock()
-
-
-def _unknown_option(name: str, allowed: Sequence[str], where: str) -> InvalidJobOptions:
-    close = difflib.get_close_matches(name, allowed, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return InvalidJobOptions(
-        f"Unknown option {name!r} for {where}.{hint} Valid options: {', '.join(allowed)}."
-    )
-
-
-def validate_priority(priority: Any) -> int:
-    """Return ``priority`` if it is an int in -100..100, else raise ``InvalidJobOptions``."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidJobOptions(
-            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority!r}."
-        )
-    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise InvalidJobOptions(
-            f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority}."
-        )
-    return priority
-
-
-def validate_run_at(run_at: Any) -> datetime | timedelta | None:
-    """Return ``run_at`` if it is an aware datetime, a timedelta (counted from each enqueue,
-    not from this call) or None; raise ``InvalidJobOptions`` otherwise."""
-    if run_at is None:
-        return None
-    if isinstance(run_at, timedelta):
-        return run_at
-    if not isinstance(run_at, datetime):
-        raise InvalidJobOptions(
-            f"run_at must be a datetime or a timedelta, got {type(run_at).__name__} {run_at!r}."
-        )
-    if timezone.is_naive(run_at):
-        raise InvalidJobOptions(
-            f"run_at {run_at.isoformat()} has no timezone; pass an aware datetime "
-            "(django.utils.timezone.now() + timedelta(...))."
-        )
-    problem = run_at_problem(run_at)
-    if problem is not None:
-        raise InvalidJobOptions(f"{problem}.")
-    return run_at
-
-
-def _text_option(name: str, value: str) -> None:
-    problem = text_problem(value)
-    if problem is not None:
-        raise InvalidJobOptions(f"{name} {value!r:.80} {problem}; the database cannot store it.")
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """Where, how urgently and how persistently a job's entries run."""
-
-    queue: str | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    group_key: str | None = None
-    backoff_base_seconds: float | None = None
-    backoff_max_seconds: float | None = None
-    run_at: datetime | timedelta | None = field(default=None)
-
-    def __post_init__(self) -> None:
-        if self.queue is not None and (not isinstance(self.queue, str) or not self.queue.strip()):
-            raise InvalidJobOptions(f"queue must be a non-empty string, got {self.queue!r}.")
-        if self.queue is not None and len(self.queue) > 100:
-            raise InvalidJobOptions(
-                f"queue names are at most 100 characters, got {len(self.queue)}."
-            )
-        if self.queue is not None:
-            _text_option("queue", self.queue)
-        if self.priority is not None:
-            validate_priority(self.priority)
-        if self.max_attempts is not None and (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT
-        ):
-            raise InvalidJobOptions(
-                f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT:,}, "
-                f"got {self.max_attempts!r:.80}."
-            )
-        if self.group_key is not None and (
-            not isinstance(self.group_key, str)
-            or not 0 < len(self.group_key) <= MAX_GROUP_KEY_LENGTH
-        ):
-            raise InvalidJobOptions(
-                f"group_key must be a string of 1 to {MAX_GROUP_KEY_LENGTH} characters, "
-                f"got {self.group_key!r:.80}."
-            )
-        if self.group_key is not None:
-            _text_option("group_key", self.group_key)
-        for name in ("backoff_base_seconds", "backoff_max_seconds"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not 0 <= value <= MAX_BACKOFF_SECONDS
-            ):
-                raise InvalidJobOptions(
-                    f"{name} must be a number of seconds from 0 to {MAX_BACKOFF_SECONDS:,.0f} "
-                    f"(a year), got {value!r:.80}."
-                )
-        if self.run_at is not None:
-            validate_run_at(self.run_at)
-
-    def merged(self, **overrides: Any) -> JobOptions:
-        """Return a copy with ``overrides`` applied, validating names and values."""
-        for name in overrides:
-            if name not in USING_OPTIONS:
-                raise _unknown_option(name, USING_OPTIONS, "using()")
-        if "run_at" in overrides:
-            overrides["run_at"] = validate_run_at(overrides["run_at"])
-        return replace(self, **overrides)
-
-    @property
-    def queue_name(self) -> str:
-        return self.queue or iq_settings.DEFAULT_QUEUE
-
-    @property
-    def effective_priority(self) -> int:
-        return self.priority if self.priority is not None else iq_settings.DEFAULT_PRIORITY
-
-    @property
-    def effective_max_attempts(self) -> int:
-        return (
-            self.max_attempts if self.max_attempts is not None else iq_settings.DEFAULT_MAX_ATTEMPTS
-        )
 
 
 class Job(Generic[P, R]):
@@ -220,14 +100,6 @@ class Job(Generic[P, R]):
         """Enqueue one entry per ``(args, kwargs)`` pair in as few round trips as possible."""
         return BoundJob(self, self.options).enqueue_many(calls)
 
-    def backoff_seconds(self, attempt: int) -> float:
-        """Return the delay before retry number ``attempt`` (1-based), before jitter."""
-        base = self.options.backoff_base_seconds
-        cap = self.options.backoff_max_seconds
-        base = iq_settings.BACKOFF_BASE_SECONDS if base is None else base
-        cap = iq_settings.BACKOFF_MAX_SECONDS if cap is None else cap
-        return capped_backoff(base, cap, attempt)
-
 
 @dataclass(frozen=True)
 class BoundJob:
@@ -240,14 +112,10 @@ class BoundJob:
         return BoundJob(self.job, self.options.merged(**overrides))
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Entry:
-        from django_iq.models import Entry
-
-        return Entry.objects.enqueue(self.job, args, kwargs, self.options)
+        return iq.Entry.objects.enqueue(self.job.name, args, kwargs, self.options, jobs=catalog)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Entry]:
-        from django_iq.models import Entry
-
-        return Entry.objects.enqueue_many(self.job, calls, self.options)
+        return iq.Entry.objects.enqueue_many(self.job.name, calls, self.options, jobs=catalog)
 
 
 def job(func: Callable[P, R] | None = None, *, name: str | None = None, **options: Any) -> Any:
@@ -258,7 +126,7 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None, **option
     """
     for option in options:
         if option not in JOB_OPTIONS:
-            raise _unknown_option(option, JOB_OPTIONS, "@job")
+            raise unknown_option(option, JOB_OPTIONS, "@job")
     job_options = JobOptions(**options)
 
     def register(inner: Callable[P, R]) -> Job[P, R]:
@@ -346,3 +214,31 @@ def enqueue_many(
     if isinstance(target, BoundJob):
         return target.enqueue_many(calls)
     return get_job(target).enqueue_many(calls)
+
+
+def declared_queues() -> dict[str, dict[str, Any]]:
+    """Queues declared in ``DJANGO_IQ["QUEUES"]`` (with their options) and by registered jobs."""
+    declared = settings_queues()
+    for registered in _jobs.values():
+        declared.setdefault(registered.options.queue_name, {})
+    return declared
+
+
+class RegisteredJobs:
+    """The registry as the managers see it (``django_iq.options.JobCatalog``)."""
+
+    def declared_queues(self) -> dict[str, dict[str, Any]]:
+        return declared_queues()
+
+    def queue_of(self, job_name: str) -> str:
+        return get_job(job_name).options.queue_name
+
+    def max_attempts_of(self, job_name: str) -> int:
+        try:
+            return get_job(job_name).options.effective_max_attempts
+        except JobNotRegistered:
+            default: int = iq_settings.DEFAULT_MAX_ATTEMPTS
+            return default
+
+
+catalog = RegisteredJobs()

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from django_iq.managers import QueueStats
 from django_iq.models import Entry, LeaderLease, Queue, Worker
+from django_iq.registry import declared_queues
 from django_iq.states import COUNTED_STATES
 
 STATE_FIELDS = COUNTED_STATES
@@ -362,7 +363,7 @@ def split_names(value: str) -> list[str]:
 
 def known_queues() -> list[str]:
     """Queue names an operator may give: those in the database and those declared."""
-    names = set(Queue.objects.values_list("name", flat=True)) | set(Queue.objects.declared())
+    names = set(Queue.objects.values_list("name", flat=True)) | set(declared_queues())
     return sorted(names)
 
 

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django_iq.admin.common import IQModelAdmin, log_objects, plural, report
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.models import CronJob
-from django_iq.registry import get_job
+from django_iq.registry import catalog, get_job
 from django_iq.schedule import next_fire_time
 from django_iq.serialization import validate_arguments
 from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
@@ -116,7 +116,7 @@ class CronJobAdmin(IQModelAdmin):
         else:
             obj.save()
         if not change or set(form.changed_data) & set(ENTRY_FIELDS):
-            CronJob.objects.reschedule(obj)
+            CronJob.objects.reschedule(obj, catalog)
 
     def delete_model(self, request: HttpRequest, obj: CronJob) -> None:
         CronJob.objects.remove([obj])
@@ -167,7 +167,7 @@ class CronJobAdmin(IQModelAdmin):
 
     @admin.action(description="Run selected cron jobs now", permissions=["change"])
     def run_cron_jobs_now(self, request: HttpRequest, queryset: QuerySet[CronJob]) -> None:
-        started = [cron_job for cron_job in queryset if CronJob.objects.run_now(cron_job)]
+        started = [cron_job for cron_job in queryset if CronJob.objects.run_now(cron_job, catalog)]
         log_objects(request, started, "Run now: its entry made pending.", CHANGE)
         skipped = queryset.count() - len(started)
         message = f"{plural(len(started), 'cron job')} will run now."

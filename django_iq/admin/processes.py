@@ -11,6 +11,7 @@ from django.db.models.functions import Now
 from django.http import HttpRequest
 
 from django_iq.admin.common import EstimatedCountPaginator, ReadOnlyAdmin
+from django_iq.conf import iq_settings
 from django_iq.models import GroupLock, LeaderLease, Result, Worker
 
 
@@ -38,8 +39,6 @@ class WorkerStatusFilter(admin.SimpleListFilter):
 
 
 def _silent_after() -> float:
-    from django_iq.conf import iq_settings
-
     seconds: float = iq_settings.WORKER_SILENT_AFTER_SECONDS
     return seconds
 

@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
 from django_iq.admin.common import log_objects, plural, report
+from django_iq.dashboard import dashboard_view
 from django_iq.exceptions import QueueNotFound
 from django_iq.managers import QueueStats
 from django_iq.models import Entry, Queue
@@ -177,9 +178,6 @@ class QueueAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         def dashboard(request: HttpRequest) -> HttpResponse:
-            # Imported here, so the admin loads even where the dashboard module does not.
-            from django_iq.dashboard import dashboard_view
-
             return dashboard_view(request, admin_site=self.admin_site)
 
         # Before the default routes, whose "<path:object_id>/" would take "dashboard/".

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_iq.models import Queue
+from django_iq.registry import catalog
 from django_iq.status import plural, unknown_queue_message
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class PauseCommand(BaseCommand):
         changed = []
         for name in names:
             # A queue declared in settings or by a job may have no row yet.
-            Queue.objects.ensure(name)
+            Queue.objects.ensure(name, catalog)
             if change(name):
                 changed.append(name)
                 logger.info("queue %s queue=%s source=%s", done, name, source)

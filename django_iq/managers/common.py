@@ -1,4 +1,4 @@
-"""Helpers shared by the managers: database-time arithmetic, storable text, and transactions
+"""Helpers shared by the managers: storable text, and transactions
 that lock rows in one order and are run again when they lose a lock conflict."""
 
 from __future__ import annotations
@@ -7,11 +7,9 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections, models, transaction
-from django.db.models.functions import Now
 
 from django_iq.dbconn import is_lock_conflict
 
@@ -28,22 +26,6 @@ def storable_text(text: str) -> str:
     """Return ``text`` in a form every supported database stores: NUL characters (which
     PostgreSQL rejects) and lone surrogates (not encodable as UTF-8) become backslash escapes."""
     return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-class DatabaseClock(Now):
-    """The database's clock when the row is written. Django's ``Now()`` is the start of the
-    statement on PostgreSQL; this is ``CLOCK_TIMESTAMP()`` there, so a stamp written after the
-    statement waited for a row lock is not older than the wait."""
-
-    def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        return self.as_sql(compiler, connection, template="CLOCK_TIMESTAMP()", **extra_context)
-
-
-def db_now_plus(seconds: float) -> Any:
-    """Database time plus ``seconds``, so leases never depend on the hosts' clocks."""
-    from django.db.models import DateTimeField, ExpressionWrapper
-
-    return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
 
 
 def atomic_retrying(using: str, action: Callable[[], T], what: str) -> T:

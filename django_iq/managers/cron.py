@@ -11,7 +11,9 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from django_iq import signals
+from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
+from django_iq.options import JobCatalog
 from django_iq.schedule import next_fire_time
 from django_iq.states import WAITING, EntryState
 
@@ -32,19 +34,17 @@ class CronJobManager(models.Manager["CronJob"]):
         """
         return self.filter(pk__in=list(ids)).exclude(is_enabled=enabled).update(is_enabled=enabled)
 
-    def run_now(self, cron_job: CronJob, now: datetime | None = None) -> bool:
+    def run_now(self, cron_job: CronJob, jobs: JobCatalog, now: datetime | None = None) -> bool:
         """Make the cron job's waiting entry ``pending`` now, creating it if it has none.
 
         Return False if the cron job is disabled or its entry is already pending or running.
         """
-        from django_iq import models as iq
-
         now = now or timezone.now()
         if not cron_job.is_enabled:
             return False
         with transaction.atomic(using=router.db_for_write(iq.Entry)):
             if not iq.Entry.objects.filter(cron_job=cron_job).exists():
-                self.schedule_next(cron_job, now)
+                self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name))
             return (
                 iq.Entry.objects.filter(cron_job=cron_job, state=EntryState.INITIAL).update(
                     state=EntryState.PENDING, run_at=now
@@ -52,11 +52,12 @@ class CronJobManager(models.Manager["CronJob"]):
                 > 0
             )
 
-    def sync_declared(self, declared: dict[str, dict[str, Any]]) -> tuple[int, int]:
-        """Make declared cron jobs match ``declared`` (``DJANGO_IQ["CRON"]``); return
-        (created or changed, removed). Whether a job is enabled is left to the operator."""
-        from django_iq import models as iq
-
+    def sync_declared(
+        self, declared: dict[str, dict[str, Any]], jobs: JobCatalog
+    ) -> tuple[int, int]:
+        """Make declared cron jobs match ``declared`` (``DJANGO_IQ["CRON"]``), with queues
+        defaulting to each job's own; return (created or changed, removed). Whether a job is
+        enabled is left to the operator."""
         changed = 0
         for name, spec in declared.items():
             fields = {
@@ -66,7 +67,7 @@ class CronJobManager(models.Manager["CronJob"]):
                 "args": list(spec.get("args", [])),
                 "kwargs": dict(spec.get("kwargs", {})),
                 "queue_id": iq.Queue.objects.ensure(
-                    spec.get("queue") or _job_queue(spec["job"])
+                    spec.get("queue") or jobs.queue_of(spec["job"]), jobs
                 ).name,
                 "priority": spec.get("priority", iq_settings.DEFAULT_PRIORITY),
                 "is_declared": True,
@@ -90,30 +91,29 @@ class CronJobManager(models.Manager["CronJob"]):
         removed = stale.delete()[0]
         return changed, removed
 
-    def ensure_entries(self, now: datetime) -> int:
+    def ensure_entries(self, now: datetime, jobs: JobCatalog) -> int:
         """Give every enabled cron job without an entry one, ``initial`` until its next fire
         time; remove the waiting entry of a disabled one. Return entries created."""
-        from django_iq import models as iq
-
         for cron_job in self.filter(is_enabled=False, entry__isnull=False):
             iq.Entry.objects.filter(cron_job=cron_job, state__in=WAITING).exclude(
                 Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key")))
             ).delete()
         created = 0
         for cron_job in self.filter(is_enabled=True, entry__isnull=True):
-            if self.schedule_next(cron_job, now) is not None:
+            if self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name)):
                 created += 1
         return created
 
-    def schedule_next(self, cron_job: CronJob | int, now: datetime) -> Entry | None:
-        """Create the cron job's entry for its first fire time after ``now``.
+    def schedule_next(
+        self, cron_job: CronJob | int, now: datetime, max_attempts: int
+    ) -> Entry | None:
+        """Create the cron job's entry for its first fire time after ``now``, with
+        ``max_attempts`` (its job's).
 
         Fires missed while nothing ran are not replayed: the next entry is always for the next
         fire time from now, so a missed period runs once (the overdue entry), not N times.
         """
-        from django_iq import models as iq
-
-        if not isinstance(cron_job, iq.CronJob):
+        if isinstance(cron_job, int):
             found = self.filter(pk=cron_job).first()
             if found is None:
                 return None
@@ -130,7 +130,7 @@ class CronJobManager(models.Manager["CronJob"]):
             state=EntryState.INITIAL,
             lock_key=f"cron:{cron_job.pk}",
             run_at=run_at,
-            max_attempts=_job_max_attempts(cron_job.job_name),
+            max_attempts=max_attempts,
             enqueued_at=now,
             cron_job=cron_job,
         )
@@ -143,19 +143,19 @@ class CronJobManager(models.Manager["CronJob"]):
         signals.entry_enqueued.send(sender=iq.Entry, entry=entry)
         return entry
 
-    def reschedule(self, cron_job: CronJob, now: datetime | None = None) -> Entry | None:
+    def reschedule(
+        self, cron_job: CronJob, jobs: JobCatalog, now: datetime | None = None
+    ) -> Entry | None:
         """Replace the cron job's waiting entry with one built from its current fields, after
         an edit of its schedule, time zone, job, arguments, queue or priority.
 
         An entry already pending or running is left alone; the change applies from the next
         fire. Return the new entry, or None if none was created.
         """
-        from django_iq import models as iq
-
         now = now or timezone.now()
         with transaction.atomic(using=router.db_for_write(iq.Entry)):
             iq.Entry.objects.filter(cron_job=cron_job, state=EntryState.INITIAL).delete()
-            return self.schedule_next(cron_job, now)
+            return self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name))
 
     def remove(self, cron_jobs: Iterable[CronJob]) -> int:
         """Delete cron jobs and their entries not running yet; return how many were deleted.
@@ -163,8 +163,6 @@ class CronJobManager(models.Manager["CronJob"]):
         A running entry finishes and is not rescheduled. A cron job declared in
         ``DJANGO_IQ["CRON"]`` comes back at the leader's next pass while it stays declared.
         """
-        from django_iq import models as iq
-
         ids = [cron_job.pk for cron_job in cron_jobs]
         with transaction.atomic(using=router.db_for_write(self.model)):
             iq.Entry.objects.filter(cron_job_id__in=ids).exclude(
@@ -172,20 +170,3 @@ class CronJobManager(models.Manager["CronJob"]):
             ).delete()
             _, deleted = self.filter(pk__in=ids).delete()
         return deleted.get(self.model._meta.label, 0)
-
-
-def _job_queue(job_name: str) -> str:
-    from django_iq.registry import get_job
-
-    return get_job(job_name).options.queue_name
-
-
-def _job_max_attempts(job_name: str) -> int:
-    from django_iq.exceptions import JobNotRegistered
-    from django_iq.registry import get_job
-
-    try:
-        return get_job(job_name).options.effective_max_attempts
-    except JobNotRegistered:
-        default: int = iq_settings.DEFAULT_MAX_ATTEMPTS
-        return default

@@ -12,11 +12,14 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from django_iq import signals
+from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.dbconn import reachable
+from django_iq.exceptions import InvalidJobArguments
 from django_iq.limits import resolve_run_at
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
 from django_iq.managers.outcomes import EntryOutcomeManager
+from django_iq.options import JobCatalog, JobOptions
 from django_iq.queries import (
     claim_in_one_statement,
     insert_group_locks,
@@ -31,7 +34,6 @@ if TYPE_CHECKING:
         Entry,
         Worker,
     )
-    from django_iq.registry import Job, JobOptions
 
 
 @dataclass
@@ -55,8 +57,6 @@ class EntryQuerySet(models.QuerySet["Entry"]):
         return self.filter(state=EntryState.DISABLED)
 
     def _locked(self) -> Exists:
-        from django_iq import models as iq
-
         return Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key")))
 
     def computing(self) -> EntryQuerySet:
@@ -104,7 +104,7 @@ class EntryManager(EntryOutcomeManager):
 
     def _build(
         self,
-        job: Job[Any, Any],
+        job_name: str,
         args: Sequence[Any],
         kwargs: dict[str, Any],
         options: JobOptions,
@@ -119,7 +119,7 @@ class EntryManager(EntryOutcomeManager):
             state = EntryState.INITIAL if run_at > now else EntryState.PENDING
         return self.model(
             queue_id=options.queue_name,
-            job_name=job.name,
+            job_name=job_name,
             args=list(args),
             kwargs=kwargs,
             priority=options.effective_priority,
@@ -132,28 +132,36 @@ class EntryManager(EntryOutcomeManager):
         )
 
     def enqueue(
-        self, job: Job[Any, Any], args: Sequence[Any], kwargs: dict[str, Any], options: JobOptions
+        self,
+        job_name: str,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        options: JobOptions,
+        *,
+        jobs: JobCatalog | None = None,
     ) -> Entry:
         """Validate and insert one entry; raise before writing anything if input is bad.
 
         Inside ``transaction.atomic()`` the entry is invisible to workers until commit.
         """
-        (entry,) = self.enqueue_many(job, [(args, kwargs)], options)
+        (entry,) = self.enqueue_many(job_name, [(args, kwargs)], options, jobs=jobs)
         return entry
 
     def enqueue_many(
         self,
-        job: Job[Any, Any],
+        job_name: str,
         calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
         options: JobOptions,
+        *,
+        jobs: JobCatalog | None = None,
         result_ids: Sequence[str] | None = None,
     ) -> list[Entry]:
         """Validate every call first, then insert them in batches of 1,000 in one transaction.
 
-        ``result_ids`` links each entry to its ``Result`` row (Django Tasks backend).
+        The queue must exist or be declared (in settings, or by one of ``jobs``: the registry
+        passes itself). ``result_ids`` links each entry to its ``Result`` row (Django Tasks
+        backend).
         """
-        from django_iq import models as iq
-
         now = timezone.now()
         db = router.db_for_write(self.model)
         # Every call is validated before the queue is looked up, since ensure() may create the
@@ -163,18 +171,16 @@ class EntryManager(EntryOutcomeManager):
             try:
                 args, kwargs = call
             except (TypeError, ValueError):
-                from django_iq.exceptions import InvalidJobArguments
-
                 raise InvalidJobArguments(
                     f"Call {index} must be an (args, kwargs) pair, got {call!r:.80}."
                 ) from None
             validated.append(validate_arguments(args, kwargs))
         run_at = resolve_run_at(options.run_at, now)
         with reachable(db, "nothing was enqueued"):
-            iq.Queue.objects.db_manager(db).ensure(options.queue_name)
-            disabled = iq.DisabledJob.objects.using(db).filter(job_name=job.name).exists()
+            iq.Queue.objects.db_manager(db).ensure(options.queue_name, jobs)
+            disabled = iq.DisabledJob.objects.using(db).filter(job_name=job_name).exists()
             entries = [
-                self._build(job, args, kwargs, options, now, run_at, disabled)
+                self._build(job_name, args, kwargs, options, now, run_at, disabled)
                 for args, kwargs in validated
             ]
             for entry, result_id in zip(entries, result_ids or [], strict=False):
@@ -212,8 +218,6 @@ class EntryManager(EntryOutcomeManager):
         lock is ever taken under a dead worker's row. Each lock's ``locked_at`` is the
         database's clock once the claim holds every row lock it waited for.
         """
-        from django_iq import models as iq
-
         db = router.db_for_write(self.model)
         worker_id = worker.pk if worker is not None else None
         silent_after = iq_settings.WORKER_SILENT_AFTER_SECONDS
@@ -323,8 +327,6 @@ class EntryManager(EntryOutcomeManager):
         claim a locked row before the delete (SQLite serializes writers instead). Ids that match
         no entry are in neither list.
         """
-        from django_iq import models as iq
-
         db = router.db_for_write(self.model)
         wanted = sorted(set(ids))
 
@@ -366,8 +368,6 @@ class EntryManager(EntryOutcomeManager):
 
         Entries already running finish. Return how many entries were disabled.
         """
-        from django_iq import models as iq
-
         db = router.db_for_write(self.model)
 
         def write() -> int:
@@ -382,8 +382,6 @@ class EntryManager(EntryOutcomeManager):
     def enable(self, job_name: str, now: datetime | None = None) -> int:
         """Claim ``job_name`` again: each disabled entry returns to ``initial`` or ``pending``
         by its own run_at, with its own priority. Return how many entries were enabled."""
-        from django_iq import models as iq
-
         now = now or timezone.now()
         db = router.db_for_write(self.model)
 

@@ -10,6 +10,7 @@ from django.db import models, router
 from django.utils import timezone
 
 from django_iq import signals
+from django_iq.appmodels import iq
 from django_iq.limits import cut_message
 from django_iq.managers.common import atomic_retrying
 from django_iq.states import EntryState, lock_key_for
@@ -116,8 +117,6 @@ class EntryErrorManager(models.Manager["EntryError"]):
         Errors that are not final, or already requeued, are skipped. Entries of a disabled job
         are created ``disabled``.
         """
-        from django_iq import models as iq
-
         db = router.db_for_write(self.model)
         now = timezone.now()
         ids = sorted({e.pk for e in errors})

@@ -9,7 +9,7 @@ from django.db import IntegrityError, models, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from django_iq.managers.common import db_now_plus
+from django_iq.queries import db_now_plus
 
 if TYPE_CHECKING:
     from django_iq.models import (

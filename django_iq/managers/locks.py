@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from django.db import models
 from django.db.models import Q
 
+from django_iq.appmodels import iq
+from django_iq.options import JobCatalog
 from django_iq.states import MIN_PRIORITY
 
 if TYPE_CHECKING:
@@ -42,7 +44,15 @@ class GroupLockManager(models.Manager["GroupLock"]):
         """Record that the claim under ``lock_id`` has moved on to entry ``entry_id``."""
         self.filter(pk=lock_id).update(entry_id=entry_id)
 
-    def recover(self, lock: GroupLock, reason: str, *, decay_step: int, now: datetime) -> str:
+    def recover(
+        self,
+        lock: GroupLock,
+        reason: str,
+        *,
+        decay_step: int,
+        now: datetime,
+        jobs: JobCatalog | None = None,
+    ) -> str:
         """Release a stuck lock and count the attempt of the entry its dead worker had started.
 
         That entry loses ``decay_step`` priority (so an entry that keeps killing its worker
@@ -50,8 +60,6 @@ class GroupLockManager(models.Manager["GroupLock"]):
         with its attempts used up, leaves the queue as failed. Return what became of it:
         "retry", "failed" or "released". Run inside the leader's fenced transaction.
         """
-        from django_iq import models as iq
-
         outcome = "released"
         entry = (
             iq.Entry.objects.select_for_update().filter(pk=lock.entry_id, lock_key=lock.key).first()
@@ -81,7 +89,7 @@ class GroupLockManager(models.Manager["GroupLock"]):
             if final:
                 iq.Entry.objects.filter(pk=entry.pk).delete()
                 if entry.cron_job_id is not None:
-                    iq.Entry.objects._after_cron_run(entry, now)
+                    iq.Entry.objects._after_cron_run(entry, now, jobs)
                 outcome = "failed"
             else:
                 iq.Entry.objects.filter(pk=entry.pk).update(

@@ -10,10 +10,16 @@ from typing import TYPE_CHECKING, Any
 from django.db import models, router, transaction
 from django.db.models import Sum
 
+from django_iq.appmodels import iq
 from django_iq.queries import upsert_add
 
 if TYPE_CHECKING:
     from django_iq.models import QueueMinute, QueueTotal
+
+
+# Upper bounds, in seconds, of the job duration histogram kept in QueueTotal (Prometheus "le").
+DURATION_BUCKETS_SECONDS = (0.01, 0.1, 1.0, 10.0, 60.0, 600.0)
+BUCKET_FIELDS = ("le_0_01", "le_0_1", "le_1", "le_10", "le_60", "le_600")
 
 
 @dataclass
@@ -31,8 +37,6 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
     def record(self, tallies: dict[tuple[str, datetime], QueueTally]) -> None:
         """Add ``tallies`` ((queue, minute) -> counts) to the per-minute rows and the totals,
         in one transaction."""
-        from django_iq import models as iq
-
         if not tallies:
             return
         db = router.db_for_write(self.model)
@@ -51,12 +55,12 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
             row = totals.setdefault(
                 queue,
                 {"queue": queue, "done": 0, "failed": 0, "busy_seconds": 0.0}
-                | dict.fromkeys(iq.BUCKET_FIELDS, 0),
+                | dict.fromkeys(BUCKET_FIELDS, 0),
             )
             row["done"] += tally.done
             row["failed"] += tally.failed
             row["busy_seconds"] += tally.busy_seconds
-            for name, count in zip(iq.BUCKET_FIELDS, tally.buckets, strict=False):
+            for name, count in zip(BUCKET_FIELDS, tally.buckets, strict=False):
                 row[name] += count
         with transaction.atomic(using=db):
             upsert_add(db, iq.QueueMinute, ["queue", "minute"], minutes)

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 from django.db import models, router
 from django.utils import timezone
 
+from django_iq.appmodels import iq
 from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
+from django_iq.options import JobCatalog
 from django_iq.states import EntryState
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         lock_id: int | None,
         now: datetime | None = None,
         return_value: Any = None,
+        jobs: JobCatalog | None = None,
     ) -> bool:
         """Delete a finished entry and, if ``lock_id`` is given, its lock, in one transaction.
 
@@ -38,8 +41,6 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         and skips it (the reverse order could deadlock). Return False if the lock was gone
         (recovery released it), True otherwise.
         """
-        from django_iq import models as iq
-
         db = router.db_for_write(self.model)
 
         def write() -> bool:
@@ -49,7 +50,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                     entry.result_id, return_value, now or timezone.now()
                 )
             if entry.cron_job_id is not None:
-                self._after_cron_run(entry, now or timezone.now())
+                self._after_cron_run(entry, now or timezone.now(), jobs)
             if lock_id is None:
                 self._moved_on(db, entry)
                 return True
@@ -64,8 +65,6 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         Entry rows go first, as in ``complete``. For entries without a Tasks result or a cron
         job (those have bookkeeping of their own: use ``complete``).
         """
-        from django_iq import models as iq
-
         db = router.db_for_write(self.model)
         if any(e.result_id is not None or e.cron_job_id is not None for e, _ in done):
             raise ValueError("complete_many() takes entries without a Tasks result or cron job")
@@ -90,21 +89,21 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         """The outcome of an entry that is not its claim's last is written: its lock no longer
         points at an entry in flight, so a death before the next entry starts (``track``)
         charges no attempt to either (recovery releases the lock)."""
-        from django_iq import models as iq
-
         if entry.group_key:
             iq.GroupLock.objects.using(db).filter(key=entry.lock_key, entry_id=entry.pk).update(
                 entry_id=None
             )
 
-    def _after_cron_run(self, entry: Entry, now: datetime) -> None:
+    def _after_cron_run(self, entry: Entry, now: datetime, jobs: JobCatalog | None) -> None:
         """Record a cron entry's run and create the next one, in the caller's transaction."""
-        from django_iq import models as iq
-
         if entry.cron_job_id is None:
             return
         iq.CronJob.objects.filter(pk=entry.cron_job_id).update(last_run_at=now)
-        iq.CronJob.objects.schedule_next(entry.cron_job_id, now)
+        # The next entry gets its job's attempts; without the registry at hand, this one's.
+        max_attempts = (
+            jobs.max_attempts_of(entry.job_name) if jobs is not None else entry.max_attempts
+        )
+        iq.CronJob.objects.schedule_next(entry.cron_job_id, now, max_attempts)
 
     def fail(
         self,
@@ -117,11 +116,10 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         retry_at: datetime | None,
         worker_name: str = "",
         now: datetime | None = None,
+        jobs: JobCatalog | None = None,
     ) -> EntryError:
         """Record a failed attempt; retry at ``retry_at`` (``initial``) or, if None or attempts
         are used up, remove the entry and leave a final error record. One transaction."""
-        from django_iq import models as iq
-
         now = now or timezone.now()
         db = router.db_for_write(self.model)
         attempt = entry.attempts + 1
@@ -154,7 +152,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             if final:
                 rows.delete()
                 if entry.cron_job_id is not None:
-                    self._after_cron_run(entry, now)
+                    self._after_cron_run(entry, now, jobs)
             else:
                 # An entry disabled while it ran stays disabled; otherwise it waits for retry_at.
                 rows.exclude(state=EntryState.DISABLED).update(

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 from django.db import models
 from django.db.models import Count
 
-from django_iq.conf import iq_settings
+from django_iq.appmodels import iq
 from django_iq.exceptions import QueueNotFound
+from django_iq.options import JobCatalog, settings_queues
+from django_iq.states import EntryState
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -43,22 +45,13 @@ class QueueStats:
 
 
 class QueueManager(models.Manager["Queue"]):
-    def declared(self) -> dict[str, dict[str, Any]]:
-        """Return queues declared in ``DJANGO_IQ["QUEUES"]`` and by registered jobs."""
-        from django_iq.registry import registered_jobs
-
-        declared: dict[str, dict[str, Any]] = {iq_settings.DEFAULT_QUEUE: {}}
-        for job in registered_jobs().values():
-            declared.setdefault(job.options.queue_name, {})
-        declared.update({name: dict(options or {}) for name, options in iq_settings.QUEUES.items()})
-        return declared
-
-    def ensure(self, name: str) -> Queue:
-        """Return queue ``name``, creating it if declared; raise ``QueueNotFound`` otherwise."""
+    def ensure(self, name: str, jobs: JobCatalog | None = None) -> Queue:
+        """Return queue ``name``, creating it if declared (in settings, or by one of ``jobs``
+        when given); raise ``QueueNotFound`` otherwise."""
         queue = self.filter(name=name).first()
         if queue is not None:
             return queue
-        declared = self.declared()
+        declared = jobs.declared_queues() if jobs is not None else settings_queues()
         if name not in declared:
             known = sorted(set(declared) | set(self.values_list("name", flat=True)))
             raise QueueNotFound(
@@ -113,8 +106,6 @@ class QueueManager(models.Manager["Queue"]):
 
     def stats(self, names: Sequence[str] | None = None) -> list[QueueStats]:
         """Return per-queue counts of every entry state, stored and inferred."""
-        from django_iq import models as iq
-
         entries = iq.Entry.objects.all()
         if names is not None:
             entries = entries.filter(queue_id__in=names)
@@ -131,7 +122,7 @@ class QueueManager(models.Manager["Queue"]):
         computing: dict[str, int] = {
             str(queue_name): int(n)
             for queue_name, n in entries.filter(
-                state=iq.EntryState.PENDING,
+                state=EntryState.PENDING,
                 lock_key__in=iq.GroupLock.objects.values("key"),
             )
             .values("queue")
@@ -150,7 +141,7 @@ class QueueManager(models.Manager["Queue"]):
         result = []
         for queue in queues.order_by("name"):
             row = counts.get(queue.name, {})
-            pending = row.get(iq.EntryState.PENDING, 0)
+            pending = row.get(EntryState.PENDING, 0)
             # Two statements, two snapshots: a claim committed between them must not make the
             # counts contradict each other, so computing never exceeds pending.
             running = min(computing.get(queue.name, 0), pending)
@@ -158,9 +149,9 @@ class QueueManager(models.Manager["Queue"]):
                 QueueStats(
                     queue=queue.name,
                     is_paused=queue.is_paused,
-                    initial=row.get(iq.EntryState.INITIAL, 0),
+                    initial=row.get(EntryState.INITIAL, 0),
                     pending=pending,
-                    disabled=row.get(iq.EntryState.DISABLED, 0),
+                    disabled=row.get(EntryState.DISABLED, 0),
                     computing=running,
                     awaiting_compute=pending - running,
                     failed=failed.get(queue.name, 0),

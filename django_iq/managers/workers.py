@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, models, router, transaction
 from django.db.models.functions import Now
 
+from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
-from django_iq.managers.common import db_now_plus
+from django_iq.queries import db_now_plus
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -114,8 +115,6 @@ class WorkerManager(models.Manager["Worker"]):
     def mark_stopped(self, workers: models.QuerySet[Worker], *, died: bool = False) -> int:
         """Mark ``workers`` stopped (``died``: found dead, not a clean exit) and orphan their
         locks; return how many were running."""
-        from django_iq import models as iq
-
         with transaction.atomic(using=router.db_for_write(self.model)):
             ids = list(workers.filter(stopped_at__isnull=True).values_list("pk", flat=True))
             self.filter(pk__in=ids).update(stopped_at=Now(), busy_threads=0, died=died)

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from django_iq.models import CronJob, Entry
+from django_iq.registry import catalog
 from tests.factories import CronJobFactory, QueueFactory
 from tests.integration.test_admin import (
     change_url,
@@ -133,7 +134,7 @@ def test_declared_cron_jobs_are_read_only_but_can_be_disabled(client: Client) ->
 
 def test_deleting_a_cron_job_removes_its_waiting_entry(client: Client) -> None:
     cron_job = CronJobFactory()
-    CronJob.objects.reschedule(cron_job)
+    CronJob.objects.reschedule(cron_job, catalog)
     login_superuser(client)
 
     response = run_action(client, CronJob, "delete_selected", [cron_job], post="yes")
@@ -157,7 +158,7 @@ def test_enable_reports_cron_jobs_already_enabled(client: Client) -> None:
 
 def test_run_now_makes_the_entry_pending_and_refuses_disabled_cron_jobs(client: Client) -> None:
     enabled = CronJobFactory()
-    CronJob.objects.reschedule(enabled)
+    CronJob.objects.reschedule(enabled, catalog)
     disabled = CronJobFactory(disabled=True)
     login_superuser(client)
 

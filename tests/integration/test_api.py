@@ -4,7 +4,6 @@ failures, queue statistics, pause and resume, and the metrics route next to it."
 from __future__ import annotations
 
 import json
-import sys
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -640,13 +639,3 @@ def test_the_metrics_route_serves_the_prometheus_view(staff: Api) -> None:
 
     assert response.status_code == 200
     assert b'django_iq_queue_entries{queue="default",state="pending"} 1.0' in response.content
-
-
-def test_the_metrics_route_answers_501_when_the_metrics_module_is_missing(
-    staff: Api, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "django_iq.prometheus", None)
-
-    response = staff.client.get(reverse("django_iq:metrics"))
-
-    assert response.status_code == 501

@@ -683,7 +683,7 @@ def test_cron_list_prints_a_table_of_cron_jobs() -> None:
 
 def test_cron_list_json_matches_the_database() -> None:
     nightly = CronJobFactory(name="nightly")
-    CronJob.objects.schedule_next(nightly, timezone.now())
+    CronJob.objects.schedule_next(nightly, timezone.now(), max_attempts=3)
     nightly.refresh_from_db()
 
     document = json.loads(run("iq_cron", "list", "--json"))
@@ -731,7 +731,7 @@ def test_cron_enable_and_disable_change_only_what_needs_changing() -> None:
 
 def test_cron_run_now_makes_the_waiting_entry_pending() -> None:
     nightly = CronJobFactory(name="nightly")
-    CronJob.objects.schedule_next(nightly, timezone.now())
+    CronJob.objects.schedule_next(nightly, timezone.now(), max_attempts=3)
 
     assert run("iq_cron", "run-now", "nightly") == "1 cron job will run now: nightly.\n"
     assert Entry.objects.pending().get().cron_job_id == nightly.pk

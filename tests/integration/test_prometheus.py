@@ -14,7 +14,8 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_iq.models import DURATION_BUCKETS_SECONDS, Worker
+from django_iq.managers.metrics import DURATION_BUCKETS_SECONDS
+from django_iq.models import Worker
 from django_iq.prometheus import CONTENT_TYPE, IQCollector, read_snapshot
 from django_iq.worker import WorkerProcess
 from tests.conftest import iq_settings_with

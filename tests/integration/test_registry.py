@@ -11,7 +11,7 @@ from django_iq import enqueue, job
 from django_iq import registry as registry_module
 from django_iq.exceptions import JobNotRegistered
 from django_iq.models import Entry, Queue
-from django_iq.registry import get_job, registered_jobs
+from django_iq.registry import declared_queues, get_job, registered_jobs
 from tests.conftest import iq_settings_with
 from tests.testapp.jobs import always_fails, flaky, record
 
@@ -69,7 +69,7 @@ def test_a_job_given_an_explicit_name_is_enqueued_under_it() -> None:
 @pytest.mark.django_db
 def test_a_queue_declared_only_by_a_job_is_created_on_first_use() -> None:
     declared = job(queue="declared-by-job", priority=7)(plain_function)
-    assert "declared-by-job" in Queue.objects.declared()
+    assert "declared-by-job" in declared_queues()
     assert not Queue.objects.filter(name="declared-by-job").exists()
 
     entry = declared.enqueue("x")

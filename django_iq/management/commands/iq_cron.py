@@ -13,6 +13,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq.conf import iq_settings
 from django_iq.models import CronJob, Entry
+from django_iq.registry import catalog
 from django_iq.status import format_time, plural, render_table
 
 logger = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ class Command(BaseCommand):
                 f"Disabled cron {'job' if len(disabled) == 1 else 'jobs'} {', '.join(disabled)} "
                 f"cannot run; enable first: manage.py iq_cron enable {' '.join(disabled)}"
             )
-        started = [c for c in cron_jobs if CronJob.objects.run_now(c)]
+        started = [c for c in cron_jobs if CronJob.objects.run_now(c, catalog)]
         for cron_job in started:
             logger.info("cron job run now name=%s source=iq_cron", cron_job.name)
         if not verbosity:

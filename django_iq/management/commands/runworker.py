@@ -14,6 +14,7 @@ from django_iq.exceptions import QueueNotFound
 from django_iq.management.argtypes import seconds, whole
 from django_iq.management.logconfig import configure_logging
 from django_iq.models import Entry, Queue
+from django_iq.registry import catalog
 from django_iq.supervisor import run_supervisor
 from django_iq.worker import WorkerProcess
 
@@ -51,7 +52,7 @@ class Command(BaseCommand):
             configure_logging(logging.DEBUG if options["verbosity"] >= 3 else logging.INFO)
         for name in queues or []:
             try:
-                Queue.objects.ensure(name)
+                Queue.objects.ensure(name, catalog)
             except QueueNotFound as exc:
                 raise CommandError(str(exc)) from None
         # Database checks (SQLite's transaction mode) are not part of the default command checks.

@@ -1,0 +1,200 @@
+"""What a job's entries are enqueued with: ``JobOptions`` (queue, priority, attempts, group
+key, backoff, run time) and their validation, and ``JobCatalog``, what the managers need to know
+of registered jobs, handed to them by the caller so that they never import the registry."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from django.utils import timezone
+
+from django_iq.conf import iq_settings
+from django_iq.exceptions import InvalidJobOptions
+from django_iq.limits import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_BACKOFF_SECONDS,
+    capped_backoff,
+    run_at_problem,
+    text_problem,
+)
+from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
+
+# An entry's lock key is "g:" + its group key, stored in a 200-character column.
+MAX_GROUP_KEY_LENGTH = 198
+# Options accepted by ``@job(...)`` and ``Job.using(...)``; ``run_at`` only by ``using``.
+JOB_OPTIONS = (
+    "queue",
+    "priority",
+    "max_attempts",
+    "group_key",
+    "backoff_base_seconds",
+    "backoff_max_seconds",
+)
+# Backoff belongs to the job (workers read it from the registry), so using() cannot change it.
+USING_OPTIONS = ("queue", "priority", "max_attempts", "group_key", "run_at")
+
+
+def unknown_option(name: str, allowed: Sequence[str], where: str) -> InvalidJobOptions:
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return InvalidJobOptions(
+        f"Unknown option {name!r} for {where}.{hint} Valid options: {', '.join(allowed)}."
+    )
+
+
+def validate_priority(priority: Any) -> int:
+    """Return ``priority`` if it is an int in -100..100, else raise ``InvalidJobOptions``."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidJobOptions(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority!r}."
+        )
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidJobOptions(
+            f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority}."
+        )
+    return priority
+
+
+def validate_run_at(run_at: Any) -> datetime | timedelta | None:
+    """Return ``run_at`` if it is an aware datetime, a timedelta (counted from each enqueue,
+    not from this call) or None; raise ``InvalidJobOptions`` otherwise."""
+    if run_at is None:
+        return None
+    if isinstance(run_at, timedelta):
+        return run_at
+    if not isinstance(run_at, datetime):
+        raise InvalidJobOptions(
+            f"run_at must be a datetime or a timedelta, got {type(run_at).__name__} {run_at!r}."
+        )
+    if timezone.is_naive(run_at):
+        raise InvalidJobOptions(
+            f"run_at {run_at.isoformat()} has no timezone; pass an aware datetime "
+            "(django.utils.timezone.now() + timedelta(...))."
+        )
+    problem = run_at_problem(run_at)
+    if problem is not None:
+        raise InvalidJobOptions(f"{problem}.")
+    return run_at
+
+
+def _text_option(name: str, value: str) -> None:
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidJobOptions(f"{name} {value!r:.80} {problem}; the database cannot store it.")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Where, how urgently and how persistently a job's entries run."""
+
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    group_key: str | None = None
+    backoff_base_seconds: float | None = None
+    backoff_max_seconds: float | None = None
+    run_at: datetime | timedelta | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.queue is not None and (not isinstance(self.queue, str) or not self.queue.strip()):
+            raise InvalidJobOptions(f"queue must be a non-empty string, got {self.queue!r}.")
+        if self.queue is not None and len(self.queue) > 100:
+            raise InvalidJobOptions(
+                f"queue names are at most 100 characters, got {len(self.queue)}."
+            )
+        if self.queue is not None:
+            _text_option("queue", self.queue)
+        if self.priority is not None:
+            validate_priority(self.priority)
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT
+        ):
+            raise InvalidJobOptions(
+                f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT:,}, "
+                f"got {self.max_attempts!r:.80}."
+            )
+        if self.group_key is not None and (
+            not isinstance(self.group_key, str)
+            or not 0 < len(self.group_key) <= MAX_GROUP_KEY_LENGTH
+        ):
+            raise InvalidJobOptions(
+                f"group_key must be a string of 1 to {MAX_GROUP_KEY_LENGTH} characters, "
+                f"got {self.group_key!r:.80}."
+            )
+        if self.group_key is not None:
+            _text_option("group_key", self.group_key)
+        for name in ("backoff_base_seconds", "backoff_max_seconds"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= MAX_BACKOFF_SECONDS
+            ):
+                raise InvalidJobOptions(
+                    f"{name} must be a number of seconds from 0 to {MAX_BACKOFF_SECONDS:,.0f} "
+                    f"(a year), got {value!r:.80}."
+                )
+        if self.run_at is not None:
+            validate_run_at(self.run_at)
+
+    def merged(self, **overrides: Any) -> JobOptions:
+        """Return a copy with ``overrides`` applied, validating names and values."""
+        for name in overrides:
+            if name not in USING_OPTIONS:
+                raise unknown_option(name, USING_OPTIONS, "using()")
+        if "run_at" in overrides:
+            overrides["run_at"] = validate_run_at(overrides["run_at"])
+        return replace(self, **overrides)
+
+    @property
+    def queue_name(self) -> str:
+        return self.queue or iq_settings.DEFAULT_QUEUE
+
+    @property
+    def effective_priority(self) -> int:
+        return self.priority if self.priority is not None else iq_settings.DEFAULT_PRIORITY
+
+    @property
+    def effective_max_attempts(self) -> int:
+        return (
+            self.max_attempts if self.max_attempts is not None else iq_settings.DEFAULT_MAX_ATTEMPTS
+        )
+
+    def backoff_seconds(self, attempt: int) -> float:
+        """The delay before retry number ``attempt`` (1-based), before jitter: the job's (or
+        the settings') ``min(max, base * 2 ** (attempt - 1))``."""
+        base = self.backoff_base_seconds
+        cap = self.backoff_max_seconds
+        base = iq_settings.BACKOFF_BASE_SECONDS if base is None else base
+        cap = iq_settings.BACKOFF_MAX_SECONDS if cap is None else cap
+        return capped_backoff(base, cap, attempt)
+
+
+class JobCatalog(Protocol):
+    """What the managers ask of the registered jobs; ``django_iq.registry.catalog`` is the one
+    the runtime passes."""
+
+    def declared_queues(self) -> Mapping[str, Mapping[str, Any]]:
+        """Queue name to its options, for every queue declared in settings or by a job."""
+        ...
+
+    def queue_of(self, job_name: str) -> str:
+        """The queue a job's entries go to by default; raise ``JobNotRegistered`` if unknown."""
+        ...
+
+    def max_attempts_of(self, job_name: str) -> int:
+        """The attempts a job's entries get (the default for a job not registered here)."""
+        ...
+
+
+def settings_queues() -> dict[str, dict[str, Any]]:
+    """The queues declared in settings alone: the default queue and ``DJANGO_IQ["QUEUES"]``."""
+    declared: dict[str, dict[str, Any]] = {iq_settings.DEFAULT_QUEUE: {}}
+    declared.update({name: dict(options or {}) for name, options in iq_settings.QUEUES.items()})
+    return declared
