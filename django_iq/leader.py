@@ -13,35 +13,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 from django.db import connections, router, transaction
 from django.utils import timezone
 
 from django_iq.conf import iq_settings
-from django_iq.cron import CronDuty, Fence, PromotionDuty
 from django_iq.dbconn import refresh_connections
+from django_iq.duties import Duty, default_duties
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import LeaderLease, Worker
-from django_iq.pruning import PruningDuty
 from django_iq.queries import limit_idle_transactions, limit_lock_waits
-from django_iq.recovery import RecoveryDuty
 from django_iq.registry import autodiscover
 
 logger = logging.getLogger(__name__)
-
-
-class Duty(Protocol):
-    name: str
-
-    @property
-    def interval_seconds(self) -> float: ...
-
-    def run_once(self, now: datetime, fence: Fence) -> Any: ...
-
-
-def default_duties() -> list[Duty]:
-    return [PromotionDuty(), CronDuty(), RecoveryDuty(), PruningDuty()]
 
 
 @dataclass

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from django_iq.duties import RecoveryDuty
 from django_iq.leader import Leader
 from django_iq.managers import Claim
 from django_iq.models import Entry, EntryError, GroupLock, LeaderLease, Queue, Worker
-from django_iq.recovery import RecoveryDuty
 from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,13 +10,11 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_iq.cron import CronDuty, PromotionDuty
+from django_iq.duties import CronDuty, PromotionDuty, PruningDuty, RecoveryDuty
 from django_iq.exceptions import LeadershipLost
 from django_iq.leader import Leader
 from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease, Queue, Worker
-from django_iq.pruning import PruningDuty
 from django_iq.queries import limit_lock_waits
-from django_iq.recovery import RecoveryDuty
 from django_iq.schedule import next_fire_time, validate_schedule
 from tests.conftest import wait_until
 from tests.factories import EntryErrorFactory, WorkerFactory

@@ -234,9 +234,9 @@ def test_recovery_charges_no_entry_of_a_group_claim_whose_outcome_was_written(
 ) -> None:
     from django.utils import timezone
 
+    from django_iq.duties import RecoveryDuty
     from django_iq.leader import Leader
     from django_iq.models import EntryError
-    from django_iq.recovery import RecoveryDuty
 
     first = EntryFactory(group_key="g", lock_key="g:g")
     second = EntryFactory(group_key="g", lock_key="g:g")

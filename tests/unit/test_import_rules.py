@@ -40,12 +40,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "runtime",
         (
             "acks",
-            "cron",
+            "duties",
             "leader",
             "metrics",
             "processing",
-            "pruning",
-            "recovery",
             "scheduling",
             "supervisor",
             "worker",

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django_iq.conf import iq_settings
-from django_iq.cron import Fence
+from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import Entry, GroupLock, Worker
 from django_iq.registry import catalog
 
-logger = logging.getLogger(__name__)
+# Logged under the name operators configure: django_iq.recovery.
+logger = logging.getLogger("django_iq.recovery")
 
 
 @dataclass

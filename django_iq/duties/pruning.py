@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django_iq.conf import iq_settings
-from django_iq.cron import Fence
+from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import EntryError, QueueMinute, Result, Worker
 
-logger = logging.getLogger(__name__)
+# Logged under the name operators configure: django_iq.pruning.
+logger = logging.getLogger("django_iq.pruning")
 
 # Batches per pass and table, so one pass never holds the leader for long.
 MAX_BATCHES_PER_PASS = 10

@@ -1,21 +1,18 @@
-"""Cron: the leader's duty keeping one entry per cron job (schedules are ``schedule.py``'s)."""
+"""The cron duty: one entry per enabled cron job (schedules are ``schedule.py``'s)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
 from django_iq.conf import iq_settings
-from django_iq.models import CronJob, Entry
+from django_iq.duties.base import Fence
+from django_iq.models import CronJob
 from django_iq.registry import catalog
 
-logger = logging.getLogger(__name__)
-
-
-Fence = Callable[[], AbstractContextManager[None]]
+# Logged under the name operators configure: django_iq.cron.
+logger = logging.getLogger("django_iq.cron")
 
 
 @dataclass(frozen=True)
@@ -42,20 +39,3 @@ class CronDuty:
         if synced or removed or created:
             logger.info("cron synced=%s removed=%s entries_created=%s", synced, removed, created)
         return CronPass(synced, removed, created)
-
-
-class PromotionDuty:
-    """Make deferred entries (cron fires, scheduled runs, retries) ``pending`` when due."""
-
-    name = "promotion"
-
-    @property
-    def interval_seconds(self) -> float:
-        return float(iq_settings.PROMOTE_INTERVAL_SECONDS)
-
-    def run_once(self, now: datetime, fence: Fence) -> int:
-        with fence():
-            promoted = Entry.objects.promote_due(now)
-        if promoted:
-            logger.debug("promoted due entries count=%s", promoted)
-        return promoted

@@ -1,0 +1,28 @@
+"""The leader's duties, one module each. A new duty is a class with ``name``,
+``interval_seconds`` and ``run_once(now, fence)`` (see ``base.Duty``), added to
+``default_duties()``."""
+
+from django_iq.duties.base import Duty, Fence
+from django_iq.duties.cron import CronDuty, CronPass
+from django_iq.duties.promotion import PromotionDuty
+from django_iq.duties.pruning import PruningDuty
+from django_iq.duties.recovery import RecoveryDuty, RecoveryPass, diagnose
+
+
+def default_duties() -> list[Duty]:
+    """The duties of ``runleader``, in the order each pass runs them."""
+    return [PromotionDuty(), CronDuty(), RecoveryDuty(), PruningDuty()]
+
+
+__all__ = [
+    "CronDuty",
+    "CronPass",
+    "Duty",
+    "Fence",
+    "PromotionDuty",
+    "PruningDuty",
+    "RecoveryDuty",
+    "RecoveryPass",
+    "default_duties",
+    "diagnose",
+]
