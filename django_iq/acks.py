@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import InterfaceError, OperationalError, connections
 
-from django_iq.dbconn import refresh_connections
+from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.models import Entry
 from django_iq.registry import catalog
 
@@ -107,39 +106,37 @@ class AckWriter:
     def _write(self, batch: list[Ack]) -> None:
         """Write ``batch``, retrying while the database is unreachable. Only once the writer is
         closing does it give up (after three tries): the entries then run again after recovery."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                refresh_connections()
-                lost = Entry.objects.complete_many([(ack.entry, ack.lock_id) for ack in batch])
-                break
-            except (OperationalError, InterfaceError) as exc:
-                connections.close_all()
-                if self._closing and attempt >= 3:
-                    logger.error(
-                        "could not write %s finished jobs at shutdown: they will run again "
-                        "after recovery; error=%s",
-                        len(batch),
-                        exc,
-                    )
-                    self._release(batch, written=False)
-                    return
-                logger.warning(
-                    "database error while writing finished jobs count=%s attempt=%s error=%s; "
-                    "retrying",
-                    len(batch),
-                    attempt,
-                    exc,
-                )
-                # Short waits: while successes wait, their entries stay locked and claiming
-                # stops, so the batch is written as soon as the database answers again.
-                time.sleep(min(1.0, 0.1 * attempt))
-            except Exception:  # one bad row must not cost the batch: write them one by one
-                logger.exception("could not write %s finished jobs together", len(batch))
-                connections.close_all()
-                self._write_one_by_one(batch)
-                return
+
+        def write() -> set[int]:
+            refresh_connections()
+            return Entry.objects.complete_many([(ack.entry, ack.lock_id) for ack in batch])
+
+        try:
+            # Short waits: while successes wait, their entries stay locked and claiming stops,
+            # so the batch is written as soon as the database answers again.
+            lost = with_db_retry(
+                write,
+                f"writing {len(batch)} finished jobs",
+                attempts=None,
+                delay=lambda attempt: min(1.0, 0.1 * attempt),
+                before_retry=connections.close_all,
+                give_up=lambda attempt: self._closing and attempt >= 3,
+            )
+        except (OperationalError, InterfaceError) as exc:
+            connections.close_all()
+            logger.error(
+                "could not write %s finished jobs at shutdown: they will run again "
+                "after recovery; error=%s",
+                len(batch),
+                exc,
+            )
+            self._release(batch, written=False)
+            return
+        except Exception:  # one bad row must not cost the batch: write them one by one
+            logger.exception("could not write %s finished jobs together", len(batch))
+            connections.close_all()
+            self._write_one_by_one(batch)
+            return
         self.written += len(batch)
         for ack in batch:
             if ack.lock_id is not None and ack.lock_id in lost:

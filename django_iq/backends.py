@@ -100,7 +100,7 @@ class TaskJob(Job[Any, Any]):
             task_result = with_db_retry(lambda: backend.get_result(result_id), "read result")
         else:
             task_result = backend.result_for(self.task, entry, worker_name)
-        task_started.send(sender=type(backend), task_result=task_result)
+        signals.send(task_started, type(backend), task_result=task_result)
         if self.task.takes_context:
             value = self.task.call(
                 TaskContext(task_result=task_result), *entry.args, **entry.kwargs
@@ -173,7 +173,7 @@ class IQBackend(BaseTaskBackend):
                 raise
             raise InvalidTask(str(exc)) from exc
         task_result = self._to_task_result(row, task)
-        task_enqueued.send(sender=type(self), task_result=task_result)
+        signals.send(task_enqueued, type(self), task_result=task_result)
         return task_result
 
     def get_result(self, result_id: str) -> TaskResult:
@@ -267,7 +267,7 @@ def _finished(entry: Entry) -> None:
         task_result = backend.get_result(entry.result_id)
     except TaskResultDoesNotExist:
         return
-    task_finished.send(sender=type(backend), task_result=task_result)
+    signals.send(task_finished, type(backend), task_result=task_result)
 
 
 @receiver(signals.entry_finished)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from django.db import InterfaceError, OperationalError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_iq.exceptions import DatabaseUnavailable
 
@@ -73,26 +73,62 @@ def _server_spoke(raw: Any) -> bool:
     return bool(readable)
 
 
-def with_db_retry(action: Callable[[], T], what: str) -> T:
-    """Run a bookkeeping write, reconnecting and retrying while the database is unreachable.
+def _unreachable_or_failed(exc: BaseException) -> bool:
+    return isinstance(exc, (OperationalError, InterfaceError))
 
-    A finished job's outcome must not be lost to a database restart: the write is retried with
-    backoff (about 15 s in all) before the error propagates.
+
+def _restart_backoff(attempt: int) -> float:
+    return float(min(8.0, 0.25 * 2.0**attempt))
+
+
+def close_idle_connections() -> None:
+    """Close this thread's connections that are not inside a transaction, so the next query
+    connects afresh."""
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+def with_db_retry(
+    action: Callable[[], T],
+    what: str,
+    *,
+    retry_if: Callable[[BaseException], bool] = _unreachable_or_failed,
+    attempts: int | None = DB_RETRY_ATTEMPTS,
+    delay: Callable[[int], float] = _restart_backoff,
+    before_retry: Callable[[], None] = close_idle_connections,
+    give_up: Callable[[int], bool] | None = None,
+    log_level: int = logging.WARNING,
+) -> T:
+    """Run ``action``; when it raises a database error that ``retry_if`` accepts, wait
+    ``delay(attempt)`` and run it again, up to ``attempts`` runs (``None``: until ``give_up``
+    says so). Every database retry of the package is this loop.
+
+    By default it carries the queue's own bookkeeping writes through a database restart: an
+    operational or interface error closes the idle connections and retries with backoff (about
+    15 s in all) before the error propagates, so a finished job's outcome is not lost.
     """
-    for attempt in range(1, DB_RETRY_ATTEMPTS + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return action()
-        except (OperationalError, InterfaceError) as exc:
-            if attempt == DB_RETRY_ATTEMPTS:
+        except DatabaseError as exc:
+            if (
+                not retry_if(exc)
+                or attempt == attempts
+                or (give_up is not None and give_up(attempt))
+            ):
                 raise
-            logger.warning(
-                "database error during %s attempt=%s error=%s; retrying", what, attempt, exc
+            logger.log(
+                log_level,
+                "database error during %s attempt=%s error=%s; retrying",
+                what,
+                attempt,
+                exc,
             )
-            for connection in connections.all(initialized_only=True):
-                if not connection.in_atomic_block:
-                    connection.close()
-            time.sleep(min(8.0, 0.25 * 2**attempt))
-    raise AssertionError("unreachable")
+            before_retry()
+            time.sleep(delay(attempt))
 
 
 # A transaction that lost a lock conflict: PostgreSQL's deadlock, serialization failure and lock

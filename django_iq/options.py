@@ -5,6 +5,7 @@ of registered jobs, handed to them by the caller so that they never import the r
 from __future__ import annotations
 
 import difflib
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -174,6 +175,14 @@ class JobOptions:
         base = iq_settings.BACKOFF_BASE_SECONDS if base is None else base
         cap = iq_settings.BACKOFF_MAX_SECONDS if cap is None else cap
         return capped_backoff(base, cap, attempt)
+
+    def retry_delay_seconds(self, attempt: int, rng: random.Random | None = None) -> float:
+        """The wait before retrying after failed attempt ``attempt`` (1-based): the backoff
+        times a jitter factor in ``[1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER]``, so that the
+        retries of a burst of failures spread out."""
+        jitter = iq_settings.BACKOFF_JITTER
+        factor = (rng or random).uniform(1 - jitter, 1 + jitter)
+        return max(0.0, self.backoff_seconds(attempt) * factor)
 
 
 class JobCatalog(Protocol):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,40 +10,20 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
-from django.dispatch import Signal
 from django.utils import timezone
 
 from django_iq import signals
 from django_iq.acks import Ack, AckWriter, log_lock_lost
-from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
-from django_iq.limits import capped_backoff, cut_message, format_failure
+from django_iq.limits import cut_message, format_failure
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock
+from django_iq.options import JobOptions
 from django_iq.registry import Job, catalog, get_job
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def retry_delay_seconds(
-    job: Job[Any, Any] | None, attempt: int, rng: random.Random | None = None
-) -> float:
-    """Return the wait before retrying after failed attempt ``attempt`` (1-based).
-
-    ``base * 2**(attempt-1)`` capped at the maximum, times a jitter factor in
-    ``[1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER]`` so retries of a burst of failures spread out.
-    """
-    if job is not None:
-        delay = job.options.backoff_seconds(attempt)
-    else:
-        delay = capped_backoff(
-            iq_settings.BACKOFF_BASE_SECONDS, iq_settings.BACKOFF_MAX_SECONDS, attempt
-        )
-    jitter = iq_settings.BACKOFF_JITTER
-    factor = (rng or random).uniform(1 - jitter, 1 + jitter)
-    return max(0.0, delay * factor)
 
 
 def stored_call_problem(entry: Entry) -> str | None:
@@ -61,18 +40,6 @@ def stored_call_problem(entry: Entry) -> str | None:
             f"got {type(entry.kwargs).__name__} {entry.kwargs!r:.80}."
         )
     return None
-
-
-def _observe(signal: Signal, **kwargs: Any) -> None:
-    """Send ``signal`` to its receivers; a receiver that raises is logged, never allowed to
-    change what happens to the entry (signals observe, they do not steer)."""
-    for receiver, response in signal.send_robust(sender=Entry, **kwargs):
-        if isinstance(response, Exception):
-            logger.error(
-                "signal receiver failed receiver=%s",
-                getattr(receiver, "__qualname__", receiver),
-                exc_info=response,
-            )
 
 
 @dataclass
@@ -158,7 +125,7 @@ class Processor:
             self._log_failure(entry, refused)
             self._record_failure(entry, lock_id, job, refused, final=True)
             return False, False
-        _observe(signals.entry_started, entry=entry, worker_name=self.worker_name)
+        signals.send(signals.entry_started, Entry, entry=entry, worker_name=self.worker_name)
         logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
         # Last thing before the body: a connection the server ended while it sat idle is
         # replaced here, so the job's first query does not fail on the queue's account.
@@ -182,8 +149,9 @@ class Processor:
         )
         if not lock_held:
             log_lock_lost(entry)
-        _observe(
+        signals.send(
             signals.entry_finished,
+            Entry,
             entry=entry,
             worker_name=self.worker_name,
             duration_seconds=time.monotonic() - started,
@@ -209,8 +177,9 @@ class Processor:
 
         def written(ok: bool) -> None:
             if ok:
-                _observe(
+                signals.send(
                     signals.entry_finished,
+                    Entry,
                     entry=entry,
                     worker_name=self.worker_name,
                     duration_seconds=duration,
@@ -268,7 +237,8 @@ class Processor:
         attempt = entry.attempts + 1
         retry_at: datetime | None = None
         if attempt < entry.max_attempts and not final:
-            retry_at = now + timedelta(seconds=retry_delay_seconds(job, attempt))
+            options = job.options if job is not None else JobOptions()
+            retry_at = now + timedelta(seconds=options.retry_delay_seconds(attempt))
         kind = type(exc)
         message, traceback = format_failure(exc)
         error = with_db_retry(
@@ -285,6 +255,6 @@ class Processor:
             ),
             "fail",
         )
-        signals.entry_failed.send(
-            sender=Entry, entry=entry, error=error, will_retry=not error.is_final
+        signals.send(
+            signals.entry_failed, Entry, entry=entry, error=error, will_retry=not error.is_final
         )

@@ -1,6 +1,17 @@
-"""Signals sent as entries move through their life; receivers observe, they never steer."""
+"""Signals sent as entries move through their life; receivers observe, they never steer.
+
+Every signal is sent through ``send()``: a receiver that raises is logged and changes nothing, so
+that no receiver can undo an enqueue that committed or alter what happens to an entry.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
 
 from django.dispatch import Signal
+
+logger = logging.getLogger(__name__)
 
 # Sent after an entry is inserted (args: entry).
 entry_enqueued = Signal()
@@ -10,3 +21,14 @@ entry_started = Signal()
 entry_finished = Signal()
 # Sent after a failed attempt was recorded (args: entry, error, will_retry).
 entry_failed = Signal()
+
+
+def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """Send ``signal`` to every receiver; log each receiver that raised, and go on."""
+    for receiver, response in signal.send_robust(sender=sender, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "signal receiver failed receiver=%s",
+                getattr(receiver, "__qualname__", receiver),
+                exc_info=response,
+            )

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, connections, models, transaction
+from django.db import connections, models, transaction
 
-from django_iq.dbconn import is_lock_conflict
+from django_iq.dbconn import is_lock_conflict, with_db_retry
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,18 +39,20 @@ def atomic_retrying(using: str, action: Callable[[], T], what: str) -> T:
     if connections[using].in_atomic_block:
         with transaction.atomic(using=using):
             return action()
-    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-        try:
-            with transaction.atomic(using=using):
-                return action()
-        except DatabaseError as exc:
-            if attempt == CONFLICT_ATTEMPTS or not is_lock_conflict(exc):
-                raise
-            logger.info(
-                "lock conflict in %s attempt=%s error=%s; running it again", what, attempt, exc
-            )
-            time.sleep(random.uniform(0, 0.02 * 2**attempt))  # noqa: S311 (jitter, not secrets)
-    raise AssertionError("unreachable")
+
+    def run() -> T:
+        with transaction.atomic(using=using):
+            return action()
+
+    return with_db_retry(
+        run,
+        f"lock conflict in {what}",
+        retry_if=is_lock_conflict,
+        attempts=CONFLICT_ATTEMPTS,
+        delay=lambda attempt: random.uniform(0, 0.02 * 2**attempt),  # noqa: S311 (jitter)
+        before_retry=lambda: None,
+        log_level=logging.INFO,
+    )
 
 
 def lock_in_order(rows: models.QuerySet[Any], ids: Iterable[int] | None = None) -> list[int]:

@@ -140,7 +140,7 @@ class CronJobManager(models.Manager["CronJob"]):
         except IntegrityError:
             return None  # it already has its entry: the unique cron_job column says so
         self.filter(pk=cron_job.pk).update(next_run_at=run_at)
-        signals.entry_enqueued.send(sender=iq.Entry, entry=entry)
+        signals.send(signals.entry_enqueued, iq.Entry, entry=entry)
         return entry
 
     def reschedule(

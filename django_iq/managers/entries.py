@@ -188,7 +188,7 @@ class EntryManager(EntryOutcomeManager):
             with transaction.atomic(using=db):
                 created = self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
         for entry in created:
-            signals.entry_enqueued.send(sender=self.model, entry=entry)
+            signals.send(signals.entry_enqueued, self.model, entry=entry)
         return created
 
     # -- claim -------------------------------------------------------------------------------

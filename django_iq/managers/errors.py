@@ -158,5 +158,5 @@ class EntryErrorManager(models.Manager["EntryError"]):
 
         created = atomic_retrying(db, write, "requeue")
         for entry in created:
-            signals.entry_enqueued.send(sender=iq.Entry, entry=entry)
+            signals.send(signals.entry_enqueued, iq.Entry, entry=entry)
         return created

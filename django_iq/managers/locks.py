@@ -6,12 +6,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django.db import models
+from django.db import models, router
 from django.db.models import Q
 
 from django_iq.appmodels import iq
+from django_iq.managers.outcomes import Failure
 from django_iq.options import JobCatalog
-from django_iq.states import MIN_PRIORITY
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -67,34 +67,14 @@ class GroupLockManager(models.Manager["GroupLock"]):
             else None
         )
         if entry is not None:
-            attempt = entry.attempts + 1
-            final = attempt >= entry.max_attempts
-            iq.EntryError.objects.record(
-                entry,
-                attempt=attempt,
+            failure = Failure(
                 exception_class="django_iq.exceptions.WorkerLost",
                 message=reason,
                 worker_name=lock.worker.name if lock.worker is not None else "",
-                now=now,
-                final=final,
+                priority_decay=decay_step,
             )
-            if entry.result_id is not None:
-                iq.Result.objects.record_failure(
-                    entry.result_id,
-                    exception_class="django_iq.exceptions.WorkerLost",
-                    traceback=reason,
-                    final=final,
-                    now=now,
-                )
-            if final:
-                iq.Entry.objects.filter(pk=entry.pk).delete()
-                if entry.cron_job_id is not None:
-                    iq.Entry.objects._after_cron_run(entry, now, jobs)
-                outcome = "failed"
-            else:
-                iq.Entry.objects.filter(pk=entry.pk).update(
-                    attempts=attempt, priority=max(MIN_PRIORITY, entry.priority - decay_step)
-                )
-                outcome = "retry"
+            db = router.db_for_write(self.model)
+            error = iq.Entry.objects.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
+            outcome = "failed" if error.is_final else "retry"
         self.filter(pk=lock.pk).delete()
         return outcome

@@ -5,6 +5,7 @@ the claim's last entry."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +16,28 @@ from django_iq.appmodels import iq
 from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
 from django_iq.options import JobCatalog
-from django_iq.states import EntryState
+from django_iq.states import MIN_PRIORITY, EntryState
 
 if TYPE_CHECKING:
     from django_iq.models import Entry, EntryError
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How an attempt ended without success: what to record, and what comes next.
+
+    ``final`` ends the entry whatever attempts it has left. Otherwise the entry waits for
+    ``retry_at`` (``initial``), or, with ``retry_at`` None, is ready again at once; it loses
+    ``priority_decay`` priority (an entry that keeps killing its worker cannot starve others).
+    """
+
+    exception_class: str
+    message: str
+    traceback: str = ""
+    worker_name: str = ""
+    final: bool = False
+    retry_at: datetime | None = None
+    priority_decay: int = 0
 
 
 class EntryOutcomeManager(models.Manager["Entry"]):
@@ -122,43 +141,19 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         are used up, remove the entry and leave a final error record. One transaction."""
         now = now or timezone.now()
         db = router.db_for_write(self.model)
-        attempt = entry.attempts + 1
-        final = retry_at is None or attempt >= entry.max_attempts
-        message = storable_text(cut_message(message))
-        traceback = storable_text(cut_traceback(traceback))
+        failure = Failure(
+            exception_class=exception_class,
+            message=message,
+            traceback=traceback,
+            worker_name=worker_name,
+            final=retry_at is None,
+            retry_at=retry_at,
+        )
 
         def write() -> EntryError:
             # The entry's row first, as every writer of several rows does (``lock_in_order``).
             lock_in_order(self._on(db), [entry.pk])
-            error = iq.EntryError.objects.db_manager(db).record(
-                entry,
-                attempt=attempt,
-                exception_class=exception_class,
-                message=message,
-                traceback=traceback,
-                worker_name=worker_name,
-                now=now,
-                final=final,
-            )
-            if entry.result_id is not None:
-                iq.Result.objects.db_manager(db).record_failure(
-                    entry.result_id,
-                    exception_class=exception_class[:255],
-                    traceback=traceback,
-                    final=final,
-                    now=now,
-                )
-            rows = self._on(db).filter(pk=entry.pk)
-            if final:
-                rows.delete()
-                if entry.cron_job_id is not None:
-                    self._after_cron_run(entry, now, jobs)
-            else:
-                # An entry disabled while it ran stays disabled; otherwise it waits for retry_at.
-                rows.exclude(state=EntryState.DISABLED).update(
-                    state=EntryState.INITIAL, run_at=retry_at, attempts=attempt
-                )
-                rows.filter(state=EntryState.DISABLED).update(run_at=retry_at, attempts=attempt)
+            error = self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
             if lock_id is not None:
                 iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()
             else:
@@ -166,3 +161,59 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             return error
 
         return atomic_retrying(db, write, "fail")
+
+    def end_attempt(
+        self,
+        entry: Entry,
+        failure: Failure,
+        *,
+        now: datetime,
+        using: str,
+        jobs: JobCatalog | None = None,
+    ) -> EntryError:
+        """The one way an attempt ends without success, whatever ended it (the job raised, its
+        worker died, ...): count the attempt, write its ``EntryError`` (and the Tasks result's
+        failure), then either remove the entry for good, when ``failure.final`` or its attempts
+        are used up (a cron entry then gets its successor), or keep it for another attempt.
+
+        The caller holds the entry's row and handles its group lock, in its own transaction.
+        """
+        attempt = entry.attempts + 1
+        final = failure.final or attempt >= entry.max_attempts
+        traceback = storable_text(cut_traceback(failure.traceback))
+        error = iq.EntryError.objects.db_manager(using).record(
+            entry,
+            attempt=attempt,
+            exception_class=failure.exception_class,
+            message=storable_text(cut_message(failure.message)),
+            traceback=traceback,
+            worker_name=failure.worker_name,
+            now=now,
+            final=final,
+        )
+        if entry.result_id is not None:
+            iq.Result.objects.db_manager(using).record_failure(
+                entry.result_id,
+                exception_class=failure.exception_class[:255],
+                traceback=traceback or failure.message,
+                final=final,
+                now=now,
+            )
+        rows = self._on(using).filter(pk=entry.pk)
+        if final:
+            rows.delete()
+            if entry.cron_job_id is not None:
+                self._after_cron_run(entry, now, jobs)
+            return error
+        changes: dict[str, Any] = {"attempts": attempt}
+        if failure.priority_decay:
+            changes["priority"] = max(MIN_PRIORITY, entry.priority - failure.priority_decay)
+        if failure.retry_at is None:
+            rows.update(**changes)  # ready again at once, in whatever state it is
+            return error
+        # An entry disabled while it ran stays disabled; otherwise it waits for retry_at.
+        rows.exclude(state=EntryState.DISABLED).update(
+            state=EntryState.INITIAL, run_at=failure.retry_at, **changes
+        )
+        rows.filter(state=EntryState.DISABLED).update(run_at=failure.retry_at, **changes)
+        return error

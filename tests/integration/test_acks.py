@@ -79,7 +79,7 @@ def test_at_shutdown_the_writer_gives_up_on_an_unreachable_database_and_says_so(
         mock.patch.object(
             type(Entry.objects), "complete_many", side_effect=OperationalError("down")
         ),
-        mock.patch("django_iq.acks.time.sleep"),
+        mock.patch("django_iq.dbconn.time.sleep"),
     ):
         writer.start()
         writer.close()
