@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -19,8 +18,9 @@ from django.views.decorators.http import require_safe
 
 from django_iq import charts
 from django_iq.managers.metrics import minute_of
-from django_iq.models import Entry, Queue, QueueMinute, Worker
-from django_iq.states import COUNTED_STATES
+from django_iq.models import QueueMinute
+from django_iq.snapshot import QueueView, Snapshot, WorkerView, read_snapshot
+from django_iq.states import COUNTED_STATES, STATE_LABELS
 
 if TYPE_CHECKING:
     from django.contrib.admin import AdminSite
@@ -51,101 +51,113 @@ def format_age(seconds: float | None) -> str:
 
 @dataclass(frozen=True)
 class QueueRow:
-    """One queue's counts per state and how long its oldest ready entry has waited."""
+    """One queue of the snapshot, as the dashboard shows it."""
 
-    stats: QueueStats
-    oldest_waiting_seconds: float | None
+    view: QueueView
+
+    @property
+    def stats(self) -> QueueStats:
+        return self.view.stats
+
+    @property
+    def oldest_waiting_seconds(self) -> float | None:
+        return self.view.oldest_waiting_seconds
 
     @property
     def oldest_waiting(self) -> str:
-        return format_age(self.oldest_waiting_seconds)
+        return format_age(self.view.oldest_waiting_seconds)
+
+    @property
+    def cells(self) -> list[tuple[str, int]]:
+        """(state, count) in ``COUNTED_STATES`` order, for the state columns."""
+        return list(self.view.counts.items())
 
 
 @dataclass(frozen=True)
 class WorkerRow:
-    """One worker or leader process as last reported by its heartbeat."""
+    """One worker or leader process of the snapshot, as the dashboard shows it: the
+    ``WorkerView``'s fields, plus its load chart."""
 
-    name: str
-    role: str
-    host: str
-    pid: int
-    is_live: bool
-    heartbeat_age_seconds: float
-    processing_threads: int
-    busy_threads: int
-    cpu_percent: float
-    memory_percent: float
-    is_throttled: bool
-    # Set when the process exited cleanly; one that went silent or was found dead is not.
-    has_stopped: bool = False
+    view: WorkerView
 
-    @property
-    def state(self) -> str:
-        """``live``, ``stopped`` (exited cleanly) or ``dead`` (silent, or found dead)."""
-        if self.is_live:
-            return "live"
-        return "stopped" if self.has_stopped else "dead"
-
-    @property
-    def idle_threads(self) -> int:
-        return max(0, self.processing_threads - self.busy_threads) if self.is_live else 0
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.view, name)
 
     @property
     def load(self) -> float | None:
         """Busy processing threads over processing threads; None for a process without any."""
-        if not self.processing_threads:
+        if not self.view.processing_threads:
             return None
-        return min(1.0, self.busy_threads / self.processing_threads)
+        return min(1.0, self.view.busy_threads / self.view.processing_threads)
 
     @property
     def heartbeat_age(self) -> str:
-        return format_age(self.heartbeat_age_seconds)
+        return format_age(self.view.heartbeat_age_seconds)
 
     @property
     def load_chart(self) -> SafeString:
-        if not self.is_live:
-            return charts.load_bar(None, label=self.state)
+        if not self.view.is_live:
+            return charts.load_bar(None, label=self.view.state)
         label = "no processing threads" if self.load is None else f"{self.load:.0%} busy"
         return charts.load_bar(self.load, label=label)
 
 
 @dataclass(frozen=True)
 class DashboardData:
-    """Everything the dashboard shows, read at ``now``."""
+    """Everything the dashboard shows: the operator snapshot and the last hour's throughput."""
 
-    now: datetime
-    queues: list[QueueRow]
+    snapshot: Snapshot
     done_per_minute: list[charts.Point]
     failed_per_minute: list[charts.Point]
-    workers: list[WorkerRow]
-    # True when more workers exist than the WORKER_LIMIT rows listed.
-    workers_truncated: bool
+
+    @property
+    def now(self) -> datetime:
+        return self.snapshot.now
+
+    @property
+    def queues(self) -> list[QueueRow]:
+        return [QueueRow(view) for view in self.snapshot.queues]
+
+    @property
+    def workers(self) -> list[WorkerRow]:
+        return [WorkerRow(view) for view in self.snapshot.workers]
+
+    @property
+    def workers_truncated(self) -> bool:
+        return self.snapshot.workers_truncated
+
+    @property
+    def state_columns(self) -> list[tuple[str, str]]:
+        """(state, label) of each count column."""
+        return [(state, STATE_LABELS[state]) for state in COUNTED_STATES]
 
     @property
     def invariant_holds(self) -> bool:
-        return all(row.stats.invariant_holds for row in self.queues)
+        return self.snapshot.invariant_holds
 
     @property
     def totals(self) -> dict[str, int]:
-        """Counts per state summed over all queues."""
-        fields = COUNTED_STATES
-        return {name: sum(getattr(row.stats, name) for row in self.queues) for name in fields}
+        return self.snapshot.totals
+
+    @property
+    def total_cells(self) -> list[tuple[str, int]]:
+        return list(self.snapshot.totals.items())
 
     @property
     def live_workers(self) -> list[WorkerRow]:
-        return [row for row in self.workers if row.is_live]
+        return [row for row in self.workers if row.view.is_live]
 
     @property
     def busy_threads(self) -> int:
-        return sum(row.busy_threads for row in self.live_workers)
+        return sum(row.view.busy_threads for row in self.live_workers)
 
     @property
     def processing_threads(self) -> int:
-        return sum(row.processing_threads for row in self.live_workers)
+        return sum(row.view.processing_threads for row in self.live_workers)
 
     @property
     def throttled_workers(self) -> int:
-        return sum(1 for row in self.live_workers if row.is_throttled)
+        return sum(1 for row in self.live_workers if row.view.is_throttled)
 
     @property
     def load(self) -> float | None:
@@ -165,73 +177,16 @@ class DashboardData:
 
 def dashboard_data(now: datetime) -> DashboardData:
     """Read the dashboard's numbers at ``now`` in a fixed number of queries, whatever the
-    number of queues, entries or finished jobs: three for the queue statistics, one for the
-    oldest waiting entries, one for the per-minute counts and one for the workers."""
-    stats = Queue.objects.stats()
-    oldest = Entry.objects.oldest_waiting()
-    queues = [
-        QueueRow(
-            stats=row,
-            oldest_waiting_seconds=(
-                max(0.0, (now - oldest[row.queue]).total_seconds()) if row.queue in oldest else None
-            ),
-        )
-        for row in stats
-    ]
-
+    number of queues, entries or finished jobs: the operator snapshot's eight and one for the
+    per-minute counts."""
+    snapshot = read_snapshot(now, worker_limit=WORKER_LIMIT)
     start = minute_of(now) - timedelta(minutes=CHART_MINUTES - 1)
     counts = QueueMinute.objects.per_minute(start)
     minutes = [start + timedelta(minutes=offset) for offset in range(CHART_MINUTES)]
     empty = {"done": 0, "failed": 0}
     done: list[charts.Point] = [(m, counts.get(m, empty)["done"]) for m in minutes]
     failed: list[charts.Point] = [(m, counts.get(m, empty)["failed"]) for m in minutes]
-
-    # Liveness comes from Worker.objects.live() (database time), as a subquery so that one
-    # statement returns every listed row with its state.
-    rows = list(
-        Worker.objects.annotate(is_live=Exists(Worker.objects.live().filter(pk=OuterRef("pk"))))
-        .order_by("-is_live", "-heartbeat_at", "name")
-        .values(
-            "name",
-            "role",
-            "host",
-            "pid",
-            "is_live",
-            "heartbeat_at",
-            "processing_threads",
-            "busy_threads",
-            "cpu_percent",
-            "memory_percent",
-            "is_throttled",
-            "stopped_at",
-            "died",
-        )[: WORKER_LIMIT + 1]
-    )
-    workers = [
-        WorkerRow(
-            name=row["name"],
-            role=row["role"],
-            host=row["host"],
-            pid=row["pid"],
-            is_live=bool(row["is_live"]),
-            heartbeat_age_seconds=max(0.0, (now - row["heartbeat_at"]).total_seconds()),
-            processing_threads=row["processing_threads"],
-            busy_threads=row["busy_threads"],
-            cpu_percent=row["cpu_percent"],
-            memory_percent=row["memory_percent"],
-            is_throttled=row["is_throttled"],
-            has_stopped=row["stopped_at"] is not None and not row["died"],
-        )
-        for row in rows[:WORKER_LIMIT]
-    ]
-    return DashboardData(
-        now=now,
-        queues=queues,
-        done_per_minute=done,
-        failed_per_minute=failed,
-        workers=workers,
-        workers_truncated=len(rows) > WORKER_LIMIT,
-    )
+    return DashboardData(snapshot=snapshot, done_per_minute=done, failed_per_minute=failed)
 
 
 def _admin_context(request: HttpRequest, admin_site: AdminSite | None) -> dict[str, Any]:

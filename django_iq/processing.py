@@ -102,10 +102,6 @@ class Processor:
             self.on_released(claim)
         return result
 
-    def run_entry(self, entry: Entry, lock_id: int | None) -> bool:
-        """Run one entry and record the outcome; return True on success."""
-        return self._run_entry(entry, lock_id, None)[0]
-
     def _run_entry(
         self, entry: Entry, lock_id: int | None, claim: Claim | None
     ) -> tuple[bool, bool]:

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
@@ -17,79 +16,32 @@ from django.views.decorators.http import require_safe
 
 from django_iq.conf import iq_settings
 from django_iq.managers.metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
-from django_iq.models import (
-    Entry,
-    Queue,
-    QueueTotal,
-    Worker,
-)
+from django_iq.models import QueueTotal, Worker
+from django_iq.snapshot import Snapshot, read_snapshot
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
-
-    from django_iq.managers import QueueStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MISSING_CLIENT_MESSAGE = (
     "The django_iq metrics endpoint needs the prometheus-client package, which is not "
     "installed. Install it with: pip install django-iq[prometheus]\n"
 )
-# Label value of each entry state (as the docs spell it) and its QueueStats attribute.
-STATES = (
-    ("initial", "initial"),
-    ("pending", "pending"),
-    ("disabled", "disabled"),
-    ("computing", "computing"),
-    ("awaitingCompute", "awaiting_compute"),
-    ("failed", "failed"),
-)
 WORKER_STATES = ("live", "dead")
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """The numbers of one scrape."""
+class Scrape:
+    """The numbers of one scrape: the operator snapshot and the lifetime totals per queue."""
 
-    stats: list[QueueStats] = field(default_factory=list)
+    snapshot: Snapshot = field(default_factory=lambda: Snapshot(now=timezone.now()))
     totals: dict[str, QueueTotal] = field(default_factory=dict)
-    oldest_waiting_seconds: dict[str, float] = field(default_factory=dict)
-    # (role, "live" | "dead") -> number of Worker rows.
-    workers: dict[tuple[str, str], int] = field(default_factory=dict)
-    throttled_workers: int = 0
 
 
-def read_snapshot(now: datetime) -> Snapshot:
-    """Read every metric at ``now`` in a fixed number of queries (six), whatever the number of
-    queues, entries or workers."""
-    stats = Queue.objects.stats()
-    oldest = {
-        queue: max(0.0, (now - enqueued_at).total_seconds())
-        for queue, enqueued_at in Entry.objects.oldest_waiting().items()
-    }
-    # "Dead" is every row not live: stopped, or silent past WORKER_SILENT_AFTER_SECONDS. Stopped
-    # rows are pruned after WORKER_RETENTION_SECONDS.
-    live = Q(pk__in=Worker.objects.live().values("pk"))
-    workers: dict[tuple[str, str], int] = {}
-    throttled = 0
-    for row in (
-        Worker.objects.values("role")
-        .annotate(
-            total=Count("pk"),
-            live=Count("pk", filter=live),
-            throttled=Count("pk", filter=live & Q(is_throttled=True)),
-        )
-        .order_by()
-    ):
-        workers[(row["role"], "live")] = row["live"]
-        workers[(row["role"], "dead")] = row["total"] - row["live"]
-        throttled += row["throttled"]
-    return Snapshot(
-        stats=stats,
-        totals=QueueTotal.objects.by_queue(),
-        oldest_waiting_seconds=oldest,
-        workers=workers,
-        throttled_workers=throttled,
-    )
+def read_scrape(now: datetime) -> Scrape:
+    """Read every metric at ``now`` in a fixed number of queries (the snapshot's eight and
+    one for the totals), whatever the number of queues, entries or workers."""
+    return Scrape(snapshot=read_snapshot(now), totals=QueueTotal.objects.by_queue())
 
 
 class IQCollector:
@@ -103,14 +55,14 @@ class IQCollector:
 
     def describe(self) -> Iterator[Metric]:
         """Yield the metric families without samples."""
-        return _families(Snapshot())
+        return _families(Scrape())
 
     def collect(self) -> Iterator[Metric]:
         """Yield the metric families with their current values."""
-        return _families(read_snapshot(timezone.now()))
+        return _families(read_scrape(timezone.now()))
 
 
-def _families(snapshot: Snapshot) -> Iterator[Metric]:
+def _families(scrape: Scrape) -> Iterator[Metric]:
     from prometheus_client.core import (
         CounterMetricFamily,
         GaugeMetricFamily,
@@ -120,7 +72,7 @@ def _families(snapshot: Snapshot) -> Iterator[Metric]:
 
     entries = GaugeMetricFamily(
         "django_iq_queue_entries",
-        "Entries per queue and state; pending = computing + awaitingCompute, and failed "
+        "Entries per queue and state; pending = computing + awaiting_compute, and failed "
         "counts final failures not yet requeued or pruned.",
         labels=["queue", "state"],
     )
@@ -129,10 +81,10 @@ def _families(snapshot: Snapshot) -> Iterator[Metric]:
         "Age of the oldest entry awaiting compute (ready, not running) per queue; 0 when none.",
         labels=["queue"],
     )
-    for stats in snapshot.stats:
-        for label, attribute in STATES:
-            entries.add_metric([stats.queue, label], getattr(stats, attribute))
-        oldest.add_metric([stats.queue], snapshot.oldest_waiting_seconds.get(stats.queue, 0.0))
+    for queue in scrape.snapshot.queues:
+        for state, count in queue.counts.items():
+            entries.add_metric([queue.name, state], count)
+        oldest.add_metric([queue.name], queue.oldest_waiting_seconds or 0.0)
     yield entries
 
     done = CounterMetricFamily(
@@ -148,15 +100,15 @@ def _families(snapshot: Snapshot) -> Iterator[Metric]:
         "Run time of finished job attempts, successful or not, per queue.",
         labels=["queue"],
     )
-    for queue, total in sorted(snapshot.totals.items()):
-        done.add_metric([queue], total.done)
-        failed.add_metric([queue], total.failed)
+    for queue_name, total in sorted(scrape.totals.items()):
+        done.add_metric([queue_name], total.done)
+        failed.add_metric([queue_name], total.failed)
         buckets = [
             (floatToGoString(bound), getattr(total, name))
             for bound, name in zip(DURATION_BUCKETS_SECONDS, BUCKET_FIELDS, strict=True)
         ]
         buckets.append(("+Inf", total.done + total.failed))
-        duration.add_metric([queue], buckets, sum_value=total.busy_seconds)
+        duration.add_metric([queue_name], buckets, sum_value=total.busy_seconds)
     yield done
     yield failed
     yield duration
@@ -170,12 +122,12 @@ def _families(snapshot: Snapshot) -> Iterator[Metric]:
     )
     for role in Worker.Role.values:
         for state in WORKER_STATES:
-            workers.add_metric([role, state], snapshot.workers.get((role, state), 0))
+            workers.add_metric([role, state], scrape.snapshot.worker_counts.get((role, state), 0))
     yield workers
     yield GaugeMetricFamily(
         "django_iq_worker_throttled",
         "Live workers the resource governor is holding back (CPU or memory over threshold).",
-        value=snapshot.throttled_workers,
+        value=scrape.snapshot.throttled_workers,
     )
 
 

@@ -26,6 +26,16 @@ WAITING = (EntryState.INITIAL, EntryState.PENDING)
 COMPUTING, AWAITING_COMPUTE, FAILED = "computing", "awaiting_compute", "failed"
 # Every state a queue's counts report, in display order.
 COUNTED_STATES = (*EntryState.values, COMPUTING, AWAITING_COMPUTE, FAILED)
+# How people read each counted state (the design calls awaiting_compute "awaitingCompute").
+# Machines (JSON, Prometheus labels, HTML data attributes, column keys) use the names above.
+STATE_LABELS = {
+    EntryState.INITIAL.value: "initial",
+    EntryState.PENDING.value: "pending",
+    EntryState.DISABLED.value: "disabled",
+    COMPUTING: "computing",
+    AWAITING_COMPUTE: "awaiting compute",
+    FAILED: "failed",
+}
 
 
 class ResultStatus(models.TextChoices):

@@ -78,8 +78,6 @@ class WorkerProcess:
         self.wake = threading.Event()
         self._busy = 0
         self._busy_lock = threading.Lock()
-        self._idle_passes = 0
-        self._idle_lock = threading.Lock()
         self._signals = 0
         self._first_signal_at = 0.0
         self.processed = 0
@@ -96,10 +94,6 @@ class WorkerProcess:
         self._schedulers: list[Scheduler] = []
 
     # -- counters ---------------------------------------------------------------------------
-
-    @property
-    def busy(self) -> int:
-        return self._busy
 
     def idle_threads(self) -> int:
         """Processing threads neither running a claim nor already promised a queued one; none

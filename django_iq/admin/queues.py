@@ -22,7 +22,9 @@ from django_iq.admin.common import log_objects, plural, report
 from django_iq.dashboard import dashboard_view
 from django_iq.exceptions import QueueNotFound
 from django_iq.managers import QueueStats
-from django_iq.models import Entry, Queue
+from django_iq.models import Queue
+from django_iq.snapshot import read_snapshot
+from django_iq.states import AWAITING_COMPUTE, COMPUTING, FAILED, STATE_LABELS, EntryState
 
 # Attributes set on each listed Queue by QueueChangeList: its QueueStats and oldest waiting time.
 STATS_ATTRIBUTE = "_iq_stats"
@@ -37,11 +39,11 @@ class QueueChangeList(ChangeList):
         queues: list[Queue] = list(self.result_list)
         if not queues:
             return
-        stats = {row.queue: row for row in Queue.objects.stats([q.name for q in queues])}
-        oldest = Entry.objects.oldest_waiting()
+        views = {view.name: view for view in read_snapshot(queues=[q.name for q in queues]).queues}
         for queue in queues:
-            setattr(queue, STATS_ATTRIBUTE, stats.get(queue.name))
-            setattr(queue, OLDEST_ATTRIBUTE, oldest.get(queue.name))
+            view = views.get(queue.name)
+            setattr(queue, STATS_ATTRIBUTE, view.stats if view else None)
+            setattr(queue, OLDEST_ATTRIBUTE, view.oldest_waiting_at if view else None)
 
 
 def _stats(queue: Queue) -> QueueStats | None:
@@ -49,10 +51,10 @@ def _stats(queue: Queue) -> QueueStats | None:
     return stats
 
 
-def _count_column(state: str, description: str) -> Any:
+def _count_column(state: str) -> Any:
     """A list column showing ``state``'s count for a queue, linked to those entries."""
 
-    @admin.display(description=description)
+    @admin.display(description=STATE_LABELS[state])
     def column(self: QueueAdmin, queue: Queue) -> SafeString | int | None:
         stats = _stats(queue)
         if stats is None:
@@ -60,7 +62,7 @@ def _count_column(state: str, description: str) -> Any:
         count: int = getattr(stats, state)
         if not count:
             return count
-        if state == "failed":
+        if state == FAILED:
             url = reverse("admin:django_iq_entryerror_changelist", current_app=self.admin_site.name)
             query = {"queue__name__exact": queue.name, "is_final__exact": "1", "requeued": "no"}
         else:
@@ -92,12 +94,12 @@ class QueueAdmin(admin.ModelAdmin):
     actions = ("pause_queues", "resume_queues")
     fields = ("name", "weight", "max_concurrency", "is_paused", "created_at")
 
-    initial_count = _count_column("initial", "initial")
-    pending_count = _count_column("pending", "pending")
-    disabled_count = _count_column("disabled", "disabled")
-    computing_count = _count_column("computing", "computing")
-    awaiting_compute_count = _count_column("awaiting_compute", "awaiting compute")
-    failed_count = _count_column("failed", "failed")
+    initial_count = _count_column(EntryState.INITIAL)
+    pending_count = _count_column(EntryState.PENDING)
+    disabled_count = _count_column(EntryState.DISABLED)
+    computing_count = _count_column(COMPUTING)
+    awaiting_compute_count = _count_column(AWAITING_COMPUTE)
+    failed_count = _count_column(FAILED)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return QueueChangeList

@@ -4,12 +4,11 @@ objects the API answers with (their shapes are described in ``openapi.py``)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
-from django_iq.managers import QueueStats
 from django_iq.models import Entry, EntryError, GroupLock, Queue
-from django_iq.states import EntryState
+from django_iq.snapshot import QueueView
+from django_iq.states import AWAITING_COMPUTE, COMPUTING, EntryState
 
 
 def inferred_state(entry: Entry, is_locked: bool) -> str:
@@ -17,7 +16,7 @@ def inferred_state(entry: Entry, is_locked: bool) -> str:
     held and ``awaiting_compute`` otherwise; other states are the stored ones."""
     if entry.state != EntryState.PENDING:
         return entry.state
-    return "computing" if is_locked else "awaiting_compute"
+    return COMPUTING if is_locked else AWAITING_COMPUTE
 
 
 def entry_summary(entry: Entry) -> dict[str, Any]:
@@ -92,27 +91,16 @@ def error_dict(error: EntryError, *, with_traceback: bool = False) -> dict[str, 
     return data
 
 
-def queue_dict(
-    queue: Queue, stats: QueueStats | None, oldest_waiting: datetime | None, now: datetime
-) -> dict[str, Any]:
-    """A queue, its counts per state (stored and inferred) and its oldest waiting entry."""
-    counts = {
-        "initial": stats.initial if stats else 0,
-        "pending": stats.pending if stats else 0,
-        "disabled": stats.disabled if stats else 0,
-        "computing": stats.computing if stats else 0,
-        "awaiting_compute": stats.awaiting_compute if stats else 0,
-        "failed": stats.failed if stats else 0,
-    }
+def queue_dict(queue: Queue, view: QueueView) -> dict[str, Any]:
+    """A queue, its counts per state (stored and inferred) and its oldest waiting entry, from
+    the operator snapshot."""
     return {
         "name": queue.name,
         "weight": queue.weight,
         "max_concurrency": queue.max_concurrency,
         "is_paused": queue.is_paused,
-        "counts": counts,
-        "invariant_holds": stats.invariant_holds if stats else True,
-        "oldest_waiting_enqueued_at": oldest_waiting,
-        "oldest_waiting_seconds": (
-            max(0.0, (now - oldest_waiting).total_seconds()) if oldest_waiting else None
-        ),
+        "counts": view.counts,
+        "invariant_holds": view.stats.invariant_holds,
+        "oldest_waiting_enqueued_at": view.oldest_waiting_at,
+        "oldest_waiting_seconds": view.oldest_waiting_seconds,
     }

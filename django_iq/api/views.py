@@ -12,7 +12,6 @@ from django.db.models import Exists, Model, OuterRef, QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve, reverse
-from django.utils import timezone
 
 from django_iq.api import openapi
 from django_iq.api.endpoint import (
@@ -39,6 +38,7 @@ from django_iq.api.pagination import (
 from django_iq.api.serializers import entry_detail, entry_summary, error_dict, queue_dict
 from django_iq.exceptions import QueueNotFound
 from django_iq.models import Entry, EntryError, GroupLock, Queue
+from django_iq.snapshot import read_snapshot
 
 REQUEUE_FILTER_KEYS = ("job", "exception_class", "queue")
 Action = Literal["addition", "change", "deletion"]
@@ -250,14 +250,13 @@ def queue_list(request: HttpRequest) -> HttpResponseBase:
     """Every queue with its counts per state, whether the state invariant holds, and its
     oldest entry awaiting compute."""
     parse_query(request.GET, ())
-    now = timezone.now()
-    stats = {row.queue: row for row in Queue.objects.stats()}
-    oldest = Entry.objects.oldest_waiting()
+    views = {view.name: view for view in read_snapshot().queues}
     return JsonResponse(
         {
             "queues": [
-                queue_dict(queue, stats.get(queue.name), oldest.get(queue.name), now)
+                queue_dict(queue, views[queue.name])
                 for queue in Queue.objects.order_by("name")
+                if queue.name in views
             ]
         }
     )

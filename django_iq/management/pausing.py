@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_iq.management.output import plural, unknown_queue_message
 from django_iq.models import Queue
 from django_iq.registry import catalog
-from django_iq.status import plural, unknown_queue_message
 
 logger = logging.getLogger(__name__)
 

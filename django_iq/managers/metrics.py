@@ -14,7 +14,7 @@ from django_iq.appmodels import iq
 from django_iq.queries import upsert_add
 
 if TYPE_CHECKING:
-    from django_iq.models import QueueMinute, QueueTotal
+    from django_iq.models import QueueMinute, QueueTotal  # noqa: F401  (the managers' type arguments)
 
 
 # Upper bounds, in seconds, of the job duration histogram kept in QueueTotal (Prometheus "le").
@@ -65,10 +65,6 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
         with transaction.atomic(using=db):
             upsert_add(db, iq.QueueMinute, ["queue", "minute"], minutes)
             upsert_add(db, iq.QueueTotal, ["queue"], list(totals.values()))
-
-    def since(self, start: datetime) -> models.QuerySet[QueueMinute]:
-        """Rows of minutes from ``start`` on, oldest first."""
-        return self.filter(minute__gte=start).order_by("minute", "queue")
 
     def per_minute(self, start: datetime) -> dict[datetime, dict[str, int]]:
         """Done and failed per minute over all queues since ``start``."""

@@ -15,8 +15,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from django_iq.management.commands import iq_status
+from django_iq.management.output import format_seconds, render_table
 from django_iq.models import CronJob, DisabledJob, Entry, EntryError, Queue, Worker
-from django_iq.status import format_seconds, render_table
 from tests.conftest import iq_settings_with
 from tests.factories import (
     CronJobFactory,
@@ -189,7 +189,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "PENDING",
         "DISABLED",
         "COMPUTING",
-        "AWAITING",
+        "AWAITING_COMPUTE",
         "FAILED",
         "OLDEST",
         "WAITING",

@@ -61,7 +61,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "management",
             "prometheus",
             "receivers",
-            "status",
+            "snapshot",
             "urls",
         ),
     ),

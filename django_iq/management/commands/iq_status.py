@@ -14,7 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq.management.argtypes import seconds
-from django_iq.status import read_status, render_text, split_names, unknown_queue_message
+from django_iq.management.output import render_text, split_names, unknown_queue_message
+from django_iq.snapshot import read_snapshot
 
 DEFAULT_WATCH_SECONDS = 2.0
 # Cursor home, then erase the screen: the next report is drawn in place.
@@ -101,7 +102,8 @@ class Command(BaseCommand):
             pass  # SIGINT with no handler of ours (not the main thread) is a normal stop too
 
     def _report(self, queues: list[str] | None, *, as_json: bool, indent: int | None) -> str:
-        status = read_status(queues)
+        # Every running worker is listed, not the dashboard's first hundred.
+        status = read_snapshot(queues=queues, worker_limit=None, include_stopped=False)
         if as_json:
             return json.dumps(status.as_dict(), cls=DjangoJSONEncoder, indent=indent)
         return render_text(status)

@@ -1,0 +1,184 @@
+"""What the ``iq_*`` commands share: the text rendering of the operator snapshot (``iq_status``),
+tables, durations and times, plurals, and the checks of queue names an operator typed."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.utils import timezone
+
+from django_iq.models import Queue
+from django_iq.registry import declared_queues
+from django_iq.snapshot import Snapshot
+from django_iq.states import COUNTED_STATES
+
+
+def format_seconds(seconds: float | None) -> str:
+    """Format a duration compactly for a table: ``42s``, ``3m05s``, ``2h10m``, ``3d04h``;
+    ``-`` for None."""
+    if seconds is None:
+        return "-"
+    whole = int(max(0.0, seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86_400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86_400}d{whole % 86_400 // 3600:02d}h"
+
+
+def format_time(moment: datetime) -> str:
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S %Z}"
+
+
+def render_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Align ``rows`` under ``columns``; a column whose name starts with ``>`` is right-aligned
+    (numbers), the others left-aligned. Return the lines joined, without a final newline."""
+    headers = [name.lstrip(">") for name in columns]
+    right = [name.startswith(">") for name in columns]
+    cells = [[str(value) for value in row] for row in rows]
+    widths = [max(len(line[i]) for line in [headers, *cells]) for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            value.rjust(width) if is_right else value.ljust(width)
+            for value, width, is_right in zip(values, widths, right, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join(line(values) for values in [headers, *cells])
+
+
+def render_text(status: Snapshot) -> str:
+    """The plain-text report of ``iq_status``: queues, workers and the leader as tables."""
+    lines = [f"django_iq status at {format_time(status.now)}", ""]
+    lines.append("Queues")
+    if status.queues:
+        totals = status.totals
+        rows: list[list[object]] = [
+            [
+                q.stats.queue,
+                "yes" if q.stats.is_paused else "no",
+                *(q.counts[name] for name in COUNTED_STATES),
+                format_seconds(q.oldest_waiting_seconds),
+                "ok" if q.stats.invariant_holds else "BROKEN",
+            ]
+            for q in status.queues
+        ]
+        rows.append(
+            [
+                "(total)",
+                "",
+                *(totals[name] for name in COUNTED_STATES),
+                "",
+                "ok" if status.invariant_holds else "BROKEN",
+            ]
+        )
+        columns = [
+            "QUEUE",
+            "PAUSED",
+            *(">" + state.upper() for state in COUNTED_STATES),
+            ">OLDEST WAITING",
+            "INVARIANT",
+        ]
+        lines.append(render_table(columns, rows))
+    else:
+        lines.append("No queues.")
+    lines.append("")
+
+    live = sum(1 for w in status.workers if w.is_live)
+    lines.append(f"Workers ({live} live, {len(status.workers) - live} dead)")
+    if status.workers:
+        columns = [
+            "NAME",
+            "ROLE",
+            "STATE",
+            ">HEARTBEAT",
+            ">BUSY",
+            ">IDLE",
+            ">CPU",
+            ">MEMORY",
+            "THROTTLED",
+        ]
+        worker_rows: list[list[object]] = [
+            [
+                w.name,
+                w.role,
+                "live" if w.is_live else "dead",
+                f"{format_seconds(w.heartbeat_age_seconds)} ago",
+                w.busy_threads,
+                w.idle_threads,
+                f"{w.cpu_percent:.0f}%",
+                f"{w.memory_percent:.0f}%",
+                "yes" if w.is_throttled else "no",
+            ]
+            for w in sorted(status.workers, key=lambda w: (not w.is_live, w.role, w.name))
+        ]
+        lines.append(render_table(columns, worker_rows))
+    else:
+        lines.append("No running workers.")
+    lines.append("")
+
+    lines.append("Leader")
+    lines.append(_leader_line(status))
+    return "\n".join(lines)
+
+
+def _leader_line(status: Snapshot) -> str:
+    leader = status.leader
+    if leader is None or not leader.holder:
+        return "None elected: start manage.py runleader."
+    left = (leader.expires_at - status.now).total_seconds()
+    if leader.is_held:
+        return (
+            f"{leader.holder}  epoch {leader.epoch}  lease expires in {format_seconds(left)} "
+            f"({format_time(leader.expires_at)})"
+        )
+    return (
+        f"None: the lease of {leader.holder} (epoch {leader.epoch}) expired "
+        f"{format_seconds(-left)} ago ({format_time(leader.expires_at)}); "
+        "is manage.py runleader running?"
+    )
+
+
+# -- names and counts ------------------------------------------------------------------------
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``"1 entry"``, ``"3 entries"``."""
+    return f"{count} {singular if count == 1 else plural_form or singular + 's'}"
+
+
+def split_names(value: str) -> list[str]:
+    """Parse a comma-separated option such as ``--queues a,b`` (argparse ``type=``)."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {value!r}")
+    return names
+
+
+def known_queues() -> list[str]:
+    """Queue names an operator may give: those in the database and those declared."""
+    names = set(Queue.objects.values_list("name", flat=True)) | set(declared_queues())
+    return sorted(names)
+
+
+def unknown_queue_message(names: Sequence[str]) -> str | None:
+    """Return a message naming each of ``names`` that is no known queue (with a suggestion),
+    and listing the known ones; None when every name is known."""
+    known = known_queues()
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return None
+    described = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        described.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    return (
+        f"Unknown {'queue' if len(unknown) == 1 else 'queues'}: {', '.join(described)}. "
+        f"Known queues: {', '.join(known) or 'none'}."
+    )
