@@ -31,6 +31,7 @@ class AppModels:
         Result: type[models.Result]
         QueueMinute: type[models.QueueMinute]
         QueueTotal: type[models.QueueTotal]
+        OperatorAction: type[models.OperatorAction]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

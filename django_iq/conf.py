@@ -75,6 +75,7 @@ SETTINGS: dict[str, Setting] = {
     "RESULT_RETENTION_SECONDS": Setting(7 * 86_400.0, (int, float), 1),
     # Per-minute throughput rows (the dashboard's charts) are kept this long.
     "METRICS_RETENTION_SECONDS": Setting(86_400.0, (int, float), 3600),
+    "AUDIT_RETENTION_SECONDS": Setting(90 * 86_400.0, (int, float), 86_400),
     # -- operations --------------------------------------------------------------------------
     # Bearer token letting Prometheus scrape the metrics endpoint without a session; None: staff only.
     "METRICS_TOKEN": Setting(None, (str, type(None))),

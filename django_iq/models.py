@@ -16,6 +16,7 @@ from django_iq.managers import (
     EntryManager,
     GroupLockManager,
     LeaderLeaseManager,
+    OperatorActionManager,
     QueueManager,
     QueueMinuteManager,
     QueueTotalManager,
@@ -376,3 +377,36 @@ class QueueTotal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}: {self.done} done, {self.failed} failed"
+
+
+class OperatorAction(models.Model):
+    """One action an operator took (cancel, requeue, pause, resume, disable, enable, run now)
+    through the admin, the API or a command: who, through which door, on what, and what came
+    of it. Written by ``django_iq.operations``; kept for ``AUDIT_RETENTION_SECONDS``."""
+
+    class Door(models.TextChoices):
+        ADMIN = "admin", "admin"
+        API = "api", "API"
+        COMMAND = "command", "command"
+
+    at = models.DateTimeField(default=timezone.now)
+    door = models.CharField(max_length=10, choices=Door.choices)
+    # The user's name (admin, API) or the operating-system user running the command.
+    actor = models.CharField(max_length=200)
+    # The user's primary key for the admin and the API (empty for a command).
+    user_pk = models.CharField(max_length=64, blank=True)
+    action = models.CharField(max_length=30)
+    target = models.CharField(max_length=500)
+    done = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    not_found = models.PositiveIntegerField(default=0)
+    message = models.TextField()
+
+    objects = OperatorActionManager()
+
+    class Meta:
+        ordering = ("-at", "-id")
+        indexes = [models.Index(fields=["at"], name="iq_operatoraction_at")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} ({self.door}): {self.message}"

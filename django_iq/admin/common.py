@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 
 from django_iq.limits import text_problem
+from django_iq.operations import Outcome
 from django_iq.queries import estimated_row_count
 
 # Count at most this many rows for a changelist: beyond it the page says "more than 10,000".
@@ -128,6 +129,10 @@ def report(
     model_admin.message_user(request, message, level)
 
 
-def plural(count: int, singular: str, plural_form: str | None = None) -> str:
-    """``"1 entry"``, ``"3 entries"``: a count with its noun."""
-    return f"{count} {singular if count == 1 else plural_form or singular + 's'}"
+def report_outcome(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, outcome: Outcome
+) -> None:
+    """Tell the operator what an operation did, in its one wording: a success, or a warning when
+    something was skipped or not found."""
+    level = messages.WARNING if outcome.skipped or outcome.not_found else messages.SUCCESS
+    model_admin.message_user(request, outcome.message, level)

@@ -16,13 +16,14 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from django_iq.admin.common import IQModelAdmin, log_objects, plural, report
+from django_iq.admin.common import IQModelAdmin, log_objects, report
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.models import CronJob
 from django_iq.registry import catalog, get_job
 from django_iq.schedule import next_fire_time
 from django_iq.serialization import validate_arguments
 from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
+from django_iq.wording import plural
 
 # Fire times listed after next_run_at.
 NEXT_FIRES = 3

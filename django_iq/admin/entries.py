@@ -20,13 +20,13 @@ from django_iq.admin.common import (
     EstimatedCountPaginator,
     ReadOnlyAdmin,
     log_objects,
-    plural,
     report,
 )
 from django_iq.managers import EntryQuerySet
 from django_iq.models import DisabledJob, Entry, GroupLock
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.states import EntryState, group_lock_key
+from django_iq.wording import plural
 
 
 class JobFilter(admin.SimpleListFilter):

@@ -17,11 +17,11 @@ from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
     log_objects,
-    plural,
     report,
 )
 from django_iq.managers import EntryErrorQuerySet
 from django_iq.models import EntryError
+from django_iq.wording import plural
 
 
 class RequeuedFilter(admin.SimpleListFilter):

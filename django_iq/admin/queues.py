@@ -18,9 +18,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
-from django_iq.admin.common import log_objects, plural, report
+from django_iq import operations
+from django_iq.admin.common import log_objects, report_outcome
 from django_iq.dashboard import dashboard_view
-from django_iq.exceptions import QueueNotFound
 from django_iq.managers import QueueStats
 from django_iq.models import Queue
 from django_iq.snapshot import read_snapshot
@@ -156,25 +156,12 @@ class QueueAdmin(admin.ModelAdmin):
         self._set_paused(request, queryset, paused=False)
 
     def _set_paused(self, request: HttpRequest, queryset: QuerySet[Queue], *, paused: bool) -> None:
-        change = Queue.objects.pause if paused else Queue.objects.resume
+        act = operations.pause if paused else operations.resume
+        queues = {queue.name: queue for queue in queryset}
+        outcome = act(list(queues), operations.Actor.of_request(request, "admin"))
         verb = "Paused" if paused else "Resumed"
-        changed: list[Queue] = []
-        unchanged = gone = 0
-        for queue in queryset:
-            try:
-                if change(queue.name):
-                    changed.append(queue)
-                else:
-                    unchanged += 1
-            except QueueNotFound:
-                gone += 1
-        log_objects(request, changed, f"{verb} the queue.", CHANGE)
-        message = f"{verb} {plural(len(changed), 'queue')}."
-        if unchanged:
-            message += f" {unchanged} skipped: already {'paused' if paused else 'running'}."
-        if gone:
-            message += f" {gone} skipped: deleted meanwhile."
-        report(self, request, message, skipped=gone)
+        log_objects(request, [queues[name] for name in outcome.done], f"{verb} the queue.", CHANGE)
+        report_outcome(self, request, outcome)
 
     # -- dashboard ---------------------------------------------------------------------------
 

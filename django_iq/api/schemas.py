@@ -73,6 +73,9 @@ ERROR_RECORD = {
 TRACEBACK = {"traceback": {"type": "string"}}
 COUNTS = COUNTED_STATES
 
+# What an operator action did, worded as the admin and the iq_* commands word it.
+MESSAGE = {"type": "string", "description": "What was done, skipped and not found."}
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Error": closed_object(
         {
@@ -199,6 +202,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "queue": {"type": "string"},
             "is_paused": {"type": "boolean"},
             "changed": {"type": "boolean", "description": "False if it already was."},
+            "message": MESSAGE,
         }
     ),
     "OpenAPI": {"type": "object", "description": "This document."},

@@ -13,6 +13,7 @@ from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve, reverse
 
+from django_iq import operations
 from django_iq.api import openapi
 from django_iq.api.endpoint import (
     CANCEL_PERMISSION,
@@ -36,7 +37,6 @@ from django_iq.api.pagination import (
     stream_ndjson,
 )
 from django_iq.api.serializers import entry_detail, entry_summary, error_dict, queue_dict
-from django_iq.exceptions import QueueNotFound
 from django_iq.models import Entry, EntryError, GroupLock, Queue
 from django_iq.snapshot import read_snapshot
 
@@ -276,16 +276,27 @@ def queue_resume(request: HttpRequest, name: str) -> HttpResponseBase:
 
 def _set_paused(request: HttpRequest, name: str, *, paused: bool) -> HttpResponseBase:
     parse_query(request.GET, ())
+    act = operations.pause if paused else operations.resume
     with transaction.atomic():
-        try:
-            changed = Queue.objects.pause(name) if paused else Queue.objects.resume(name)
-        except QueueNotFound as exc:
-            raise ApiError(404, str(exc)) from None
-        if changed:
+        outcome = act([name], operations.Actor.of_request(request, "api"))
+        if outcome.not_found:
+            raise ApiError(404, f"Queue {name!r} does not exist.")
+        if outcome.done:
             verb = "Paused" if paused else "Resumed"
-            queue = Queue.objects.get(name=name)
-            _log(request, [queue], "change", f"{verb} through the django_iq API.")
-    return JsonResponse({"queue": name, "is_paused": paused, "changed": bool(changed)})
+            _log(
+                request,
+                [Queue.objects.get(name=name)],
+                "change",
+                f"{verb} through the django_iq API.",
+            )
+    return JsonResponse(
+        {
+            "queue": name,
+            "is_paused": paused,
+            "changed": bool(outcome.done),
+            "message": outcome.message,
+        }
+    )
 
 
 @endpoint(GET=None)

@@ -148,11 +148,6 @@ def _leader_line(status: Snapshot) -> str:
 # -- names and counts ------------------------------------------------------------------------
 
 
-def plural(count: int, singular: str, plural_form: str | None = None) -> str:
-    """``"1 entry"``, ``"3 entries"``."""
-    return f"{count} {singular if count == 1 else plural_form or singular + 's'}"
-
-
 def split_names(value: str) -> list[str]:
     """Parse a comma-separated option such as ``--queues a,b`` (argparse ``type=``)."""
     names = [name.strip() for name in value.split(",") if name.strip()]

@@ -8,9 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_iq.management.output import plural, unknown_queue_message
-from django_iq.models import Queue
-from django_iq.registry import catalog
+from django_iq import operations
+from django_iq.management.output import unknown_queue_message
 
 logger = logging.getLogger(__name__)
 
@@ -28,23 +27,11 @@ class PauseCommand(BaseCommand):
         message = unknown_queue_message(names)
         if message:
             raise CommandError(message)
-        done, source = ("paused", "iq_pause") if self.pause else ("resumed", "iq_resume")
-        change = Queue.objects.pause if self.pause else Queue.objects.resume
-        changed = []
-        for name in names:
-            # A queue declared in settings or by a job may have no row yet.
-            Queue.objects.ensure(name, catalog)
-            if change(name):
-                changed.append(name)
-                logger.info("queue %s queue=%s source=%s", done, name, source)
-        unchanged = [name for name in names if name not in changed]
-        if changed:
-            report = f"{done.capitalize()} {plural(len(changed), 'queue')}: {', '.join(changed)}."
-        else:
-            report = f"No queue {done}."
-        if unchanged:
-            report += (
-                f" {'Already paused' if self.pause else 'Not paused'}: {', '.join(unchanged)}."
-            )
+        command = "iq_pause" if self.pause else "iq_resume"
+        act = operations.pause if self.pause else operations.resume
+        outcome = act(names, operations.Actor.of_command(command))
+        for name in outcome.done:
+            logger.info("queue %s queue=%s source=%s", outcome.verb.lower(), name, command)
+        report = outcome.message
         if options["verbosity"]:
             self.stdout.write(report)

@@ -1,6 +1,7 @@
 """Managers and querysets: the only writers of state (queues, entries, locks, errors, workers,
 the lease, cron jobs and task results), one module per model family."""
 
+from django_iq.managers.audit import OperatorActionManager
 from django_iq.managers.cron import CronJobManager
 from django_iq.managers.entries import ENQUEUE_BATCH_SIZE, Claim, EntryManager, EntryQuerySet
 from django_iq.managers.errors import EntryErrorManager, EntryErrorQuerySet
@@ -22,6 +23,7 @@ __all__ = [
     "EntryQuerySet",
     "GroupLockManager",
     "LeaderLeaseManager",
+    "OperatorActionManager",
     "QueueManager",
     "QueueMinuteManager",
     "QueueStats",

@@ -21,6 +21,7 @@ from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
 
+from django_iq import operations
 from django_iq.models import (
     CronJob,
     DisabledJob,
@@ -28,6 +29,7 @@ from django_iq.models import (
     EntryError,
     GroupLock,
     LeaderLease,
+    OperatorAction,
     Queue,
     Result,
     Worker,
@@ -121,6 +123,11 @@ def log_entries(flag: int | None = None) -> list[LogEntry]:
 # -- every page renders ------------------------------------------------------------------------
 
 
+def an_operator_action() -> OperatorAction:
+    operations.pause(["default"], operations.Actor.of_command("iq_pause"))
+    return OperatorAction.objects.get()
+
+
 def make_one_of_each() -> dict[type[Model], Model]:
     worker = WorkerFactory()
     entry = EntryFactory(group_key="g1")
@@ -134,6 +141,7 @@ def make_one_of_each() -> dict[type[Model], Model]:
         DisabledJob: DisabledJobFactory(),
         Result: ResultFactory(),
         LeaderLease: LeaderLeaseFactory(),
+        OperatorAction: an_operator_action(),
     }
 
 
@@ -147,6 +155,7 @@ ALL_MODELS = [
     DisabledJob,
     Result,
     LeaderLease,
+    OperatorAction,
 ]
 
 
@@ -184,7 +193,8 @@ def test_metric_tables_are_left_to_the_dashboard_and_not_registered() -> None:
 
 
 @pytest.mark.parametrize(
-    "model", [Entry, EntryError, Worker, GroupLock, DisabledJob, Result, LeaderLease]
+    "model",
+    [Entry, EntryError, Worker, GroupLock, DisabledJob, Result, LeaderLease, OperatorAction],
 )
 def test_rows_written_by_processes_cannot_be_added_by_hand(
     client: Client, model: type[Model]

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_iq.managers import QueueManager
-from django_iq.models import Queue
+from django_iq.models import OperatorAction, Queue
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
 from tests.integration.test_admin import (
     change_url,
@@ -127,10 +127,19 @@ def test_pause_reports_queues_already_paused_and_logs_only_the_changed(client: C
         ("default", True),
         ("emails", True),
     ]
-    assert messages_of(response) == ["Paused 1 queue. 1 skipped: already paused."]
+    assert messages_of(response) == ["Paused 1 queue: default. Skipped 1, already paused: emails."]
     assert [(e.object_repr, e.change_message) for e in log_entries(CHANGE)] == [
         ("default", "Paused the queue.")
     ]
+    (audit,) = OperatorAction.objects.all()
+    assert (audit.door, audit.actor, audit.action, audit.done, audit.skipped) == (
+        "admin",
+        "root",
+        "pause",
+        1,
+        1,
+    )
+    assert audit.message == messages_of(response)[0]
 
 
 def test_resume_serves_paused_queues_again(client: Client) -> None:
@@ -141,7 +150,7 @@ def test_resume_serves_paused_queues_again(client: Client) -> None:
 
     paused.refresh_from_db()
     assert paused.is_paused is False
-    assert messages_of(response) == ["Resumed 1 queue."]
+    assert messages_of(response) == ["Resumed 1 queue: emails."]
 
 
 def edit_form(queue: Queue, **changes: object) -> dict[str, object]:

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_iq.api.endpoint import MAX_IDS
-from django_iq.models import Entry, EntryError, Queue
+from django_iq.models import Entry, EntryError, OperatorAction, Queue
 from tests.factories import (
     EntryErrorFactory,
     EntryFactory,
@@ -603,9 +603,29 @@ def test_pause_then_resume_a_queue_and_log_each_change(operator: Api) -> None:
     assert Queue.objects.get(name="emails").is_paused
     resumed = operator.post(url("queue-resume", "emails"), {})
 
-    assert paused.json() == {"queue": "emails", "is_paused": True, "changed": True}
-    assert again.json() == {"queue": "emails", "is_paused": True, "changed": False}
-    assert resumed.json() == {"queue": "emails", "is_paused": False, "changed": True}
+    assert paused.json() == {
+        "queue": "emails",
+        "is_paused": True,
+        "changed": True,
+        "message": "Paused 1 queue: emails.",
+    }
+    assert again.json() == {
+        "queue": "emails",
+        "is_paused": True,
+        "changed": False,
+        "message": "Paused 0 queues. Skipped 1, already paused: emails.",
+    }
+    assert resumed.json() == {
+        "queue": "emails",
+        "is_paused": False,
+        "changed": True,
+        "message": "Resumed 1 queue: emails.",
+    }
+    assert list(OperatorAction.objects.order_by("pk").values_list("door", "action", "done")) == [
+        ("api", "pause", 1),
+        ("api", "pause", 0),
+        ("api", "resume", 1),
+    ]
     assert not Queue.objects.get(name="emails").is_paused
     assert list(LogEntry.objects.order_by("pk").values_list("change_message", "object_repr")) == [
         ("Paused through the django_iq API.", "emails"),
@@ -626,7 +646,7 @@ def test_a_queue_name_with_a_slash_can_be_paused(operator: Api) -> None:
 
     response = operator.post(url("queue-pause", "tenant/a"), {})
 
-    assert response.json() == {"queue": "tenant/a", "is_paused": True, "changed": True}
+    assert response.json()["changed"] is True and response.json()["queue"] == "tenant/a"
 
 
 # -- metrics, routed next to the API ----------------------------------------------------------

@@ -16,7 +16,7 @@ from django.utils.dateparse import parse_datetime
 
 from django_iq.management.commands import iq_status
 from django_iq.management.output import format_seconds, render_table
-from django_iq.models import CronJob, DisabledJob, Entry, EntryError, Queue, Worker
+from django_iq.models import CronJob, DisabledJob, Entry, EntryError, OperatorAction, Queue, Worker
 from tests.conftest import iq_settings_with
 from tests.factories import (
     CronJobFactory,
@@ -398,8 +398,14 @@ def test_pause_reports_queues_already_paused() -> None:
 
     output = run("iq_pause", "default", "emails")
 
-    assert output == "Paused 1 queue: emails. Already paused: default.\n"
-    assert run("iq_pause", "emails") == "No queue paused. Already paused: emails.\n"
+    assert output == "Paused 1 queue: emails. Skipped 1, already paused: default.\n"
+    assert run("iq_pause", "emails") == "Paused 0 queues. Skipped 1, already paused: emails.\n"
+    audits = list(OperatorAction.objects.order_by("pk").values_list("door", "action", "message"))
+    assert audits == [
+        ("command", "pause", "Paused 1 queue: emails. Skipped 1, already paused: default."),
+        ("command", "pause", "Paused 0 queues. Skipped 1, already paused: emails."),
+    ]
+    assert "(iq_pause)" in OperatorAction.objects.first().actor
 
 
 def test_pause_refuses_unknown_queues_before_pausing_any() -> None:
@@ -421,7 +427,7 @@ def test_resume_serves_paused_queues_again() -> None:
 
     output = run("iq_resume", "default", "emails")
 
-    assert output == "Resumed 1 queue: default. Not paused: emails.\n"
+    assert output == "Resumed 1 queue: default. Skipped 1, not paused: emails.\n"
     assert paused() == {"default": False, "emails": False}
 
 

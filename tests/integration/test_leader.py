@@ -10,10 +10,20 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from django_iq import operations
 from django_iq.duties import CronDuty, PromotionDuty, PruningDuty, RecoveryDuty
 from django_iq.exceptions import LeadershipLost
 from django_iq.leader import Leader
-from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease, Queue, Worker
+from django_iq.models import (
+    CronJob,
+    Entry,
+    EntryError,
+    GroupLock,
+    LeaderLease,
+    OperatorAction,
+    Queue,
+    Worker,
+)
 from django_iq.queries import limit_lock_waits
 from django_iq.schedule import next_fire_time, validate_schedule
 from tests.conftest import wait_until
@@ -277,6 +287,22 @@ def test_pruning_removes_only_records_past_their_time_to_live() -> None:
         running.pk,
     }
     assert not Worker.objects.filter(pk=long_gone.pk).exists()
+
+
+@settings_with(AUDIT_RETENTION_SECONDS=86_400)
+def test_pruning_removes_audit_records_past_their_time_to_live() -> None:
+    now = timezone.now()
+    actor = operations.Actor.of_command("iq_pause")
+    operations.pause(["default"], actor)
+    operations.resume(["default"], actor)
+    old, recent = OperatorAction.objects.order_by("pk")
+    OperatorAction.objects.filter(pk=old.pk).update(at=now - timedelta(days=2))
+    leader = Leader(name="pruner", duties=[PruningDuty()], lease_seconds=30)
+
+    result = leader.run_once(now).ran["pruning"]
+
+    assert result.audit == 1
+    assert list(OperatorAction.objects.values_list("pk", flat=True)) == [recent.pk]
 
 
 @pytest.mark.skipif(

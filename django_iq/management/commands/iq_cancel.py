@@ -9,8 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_iq.management.argtypes import positive_int
-from django_iq.management.output import plural
 from django_iq.models import Entry
+from django_iq.wording import plural
 
 logger = logging.getLogger(__name__)
 

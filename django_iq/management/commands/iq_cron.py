@@ -12,9 +12,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq.conf import iq_settings
-from django_iq.management.output import format_time, plural, render_table
+from django_iq.management.output import format_time, render_table
 from django_iq.models import CronJob, Entry
 from django_iq.registry import catalog
+from django_iq.wording import plural
 
 logger = logging.getLogger(__name__)
 

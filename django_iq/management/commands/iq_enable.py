@@ -9,9 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_iq.exceptions import JobNotRegistered
-from django_iq.management.output import plural
 from django_iq.models import DisabledJob, Entry
 from django_iq.registry import get_job
+from django_iq.wording import plural
 
 logger = logging.getLogger(__name__)
 

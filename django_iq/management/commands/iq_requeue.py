@@ -9,8 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_iq.management.argtypes import positive_int
-from django_iq.management.output import plural, unknown_queue_message
+from django_iq.management.output import unknown_queue_message
 from django_iq.models import EntryError
+from django_iq.wording import plural
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,352 @@
+"""What an operator can do, in one place for every door: cancel entries, make deferred entries
+run now, requeue failed entries, pause and resume queues, disable and enable jobs, run cron jobs
+now. The admin, the API and the ``iq_*`` commands call these functions; each returns an
+``Outcome`` (done, skipped with reasons, not found) worded one way, and writes one
+``OperatorAction`` audit record in the same transaction, whichever door it came through.
+
+Permissions are checked by the doors (the admin's, the API's and the same permission names);
+commands run with the rights of whoever can run ``manage.py``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.db import router, transaction
+from django.http import HttpRequest
+
+from django_iq.exceptions import QueueNotFound
+from django_iq.models import CronJob, DisabledJob, Entry, EntryError, OperatorAction, Queue
+from django_iq.registry import catalog
+from django_iq.states import EntryState
+from django_iq.wording import plural
+
+# Items named in a message; past this many, only their number is given.
+LISTED_ITEMS = 20
+
+ALREADY_PAUSED = "already paused"
+NOT_PAUSED = "not paused"
+BEING_RUN = "being run by a worker"
+NOT_DEFERRED = "not deferred (only initial entries can run now)"
+NOT_A_FINAL_FAILURE = "not a final failure, or already requeued"
+NOT_DISABLED = "not disabled"
+CRON_NOT_STARTED = "disabled, or already pending or running"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts, and through which door (``OperatorAction.Door``)."""
+
+    door: str
+    name: str
+    user_pk: Any = None
+
+    @classmethod
+    def of_request(cls, request: HttpRequest, door: str) -> Actor:
+        user = request.user
+        return cls(door=door, name=user.get_username(), user_pk=user.pk)
+
+    @classmethod
+    def of_command(cls, command: str) -> Actor:
+        """The operating-system user running ``manage.py command`` on this host."""
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no name for the uid (a container)
+            user = f"uid {os.getuid()}"
+        return cls(
+            door=OperatorAction.Door.COMMAND, name=f"{user}@{socket.gethostname()} ({command})"
+        )
+
+
+@dataclass
+class Outcome:
+    """What one operator action did, to what."""
+
+    action: str
+    verb: str
+    noun: tuple[str, str]
+    done: list[Any] = field(default_factory=list)
+    # Item to the reason it was left alone.
+    skipped: dict[Any, str] = field(default_factory=dict)
+    not_found: list[Any] = field(default_factory=list)
+    # What the action made: the new entries of a requeue.
+    created: list[int] = field(default_factory=list)
+    # Said after the count: "matching job=...", "(3 entries)".
+    detail: str = ""
+    # Item to a note said after it: "shop.jobs.x (3 entries)".
+    notes: dict[Any, str] = field(default_factory=dict)
+    # For an action on rows chosen by filters: how many were done (they are not named).
+    counted: int | None = None
+
+    @property
+    def done_count(self) -> int:
+        return self.counted if self.counted is not None else len(self.done)
+
+    @property
+    def message(self) -> str:
+        """One sentence per part, the same whichever door the action came through:
+        ``Paused 1 queue: emails. Skipped 1, already paused: default. Not found: x.``"""
+        done = plural(self.done_count, *self.noun)
+        text = f"{self.verb} {done}{self.detail}"
+        text += f": {self._items(self.done)}." if self.done else "."
+        if self.created:
+            text += f" New entries: {self._items(self.created)}."
+        reasons: dict[str, list[Any]] = {}
+        for item, reason in self.skipped.items():
+            reasons.setdefault(reason, []).append(item)
+        for reason, items in reasons.items():
+            text += f" Skipped {len(items)}, {reason}: {self._items(items)}."
+        if self.not_found:
+            text += f" Not found: {self._items(self.not_found)}."
+        return text
+
+    def _items(self, items: Sequence[Any]) -> str:
+        if len(items) > LISTED_ITEMS:
+            return f"{len(items):,} of them"
+        return ", ".join(f"{item}{self.notes.get(item, '')}" for item in items)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "done": self.done,
+            "done_count": self.done_count,
+            "skipped": self.skipped,
+            "not_found": self.not_found,
+            "created": self.created,
+            "message": self.message,
+        }
+
+
+def _audited(outcome: Outcome, actor: Actor, target: str) -> Outcome:
+    """Write the audit record of ``outcome`` (inside the action's transaction)."""
+    OperatorAction.objects.record(
+        door=actor.door,
+        actor=actor.name,
+        user_pk=actor.user_pk,
+        action=outcome.action,
+        target=target,
+        done=outcome.done_count,
+        skipped=len(outcome.skipped),
+        not_found=len(outcome.not_found),
+        message=outcome.message,
+    )
+    return outcome
+
+
+def _atomic() -> Any:
+    return transaction.atomic(using=router.db_for_write(Entry))
+
+
+T = TypeVar("T")
+
+
+def _ids(ids: Iterable[T]) -> list[T]:
+    """The items in their first order, each once."""
+    return list(dict.fromkeys(ids))
+
+
+# -- entries ---------------------------------------------------------------------------------
+
+
+def cancel(ids: Iterable[int], actor: Actor) -> Outcome:
+    """Delete these entries, whatever their state, except those a worker is running."""
+    wanted = _ids(ids)
+    with _atomic():
+        cancelled, running = Entry.objects.cancel_returning(wanted)
+        done = sorted(entry.pk for entry in cancelled)
+        outcome = Outcome(
+            "cancel",
+            "Cancelled",
+            ("entry", "entries"),
+            done=done,
+            skipped=dict.fromkeys(sorted(running), BEING_RUN),
+            not_found=[pk for pk in wanted if pk not in set(done) and pk not in running],
+        )
+        return _audited(outcome, actor, f"entries {_listed(wanted)}")
+
+
+def run_now(ids: Iterable[int], actor: Actor) -> Outcome:
+    """Make these deferred (``initial``) entries ``pending`` now."""
+    wanted = _ids(ids)
+    with _atomic():
+        states = dict(Entry.objects.filter(pk__in=wanted).values_list("pk", "state"))
+        deferred = [pk for pk in wanted if states.get(pk) == EntryState.INITIAL]
+        Entry.objects.run_now(deferred)
+        made = set(
+            Entry.objects.filter(pk__in=deferred, state=EntryState.PENDING).values_list(
+                "pk", flat=True
+            )
+        )
+        outcome = Outcome(
+            "run_now",
+            "Made pending now",
+            ("entry", "entries"),
+            done=[pk for pk in wanted if pk in made],
+            skipped={pk: NOT_DEFERRED for pk in wanted if pk in states and pk not in made},
+            not_found=[pk for pk in wanted if pk not in states],
+        )
+        return _audited(outcome, actor, f"entries {_listed(wanted)}")
+
+
+# -- failed entries --------------------------------------------------------------------------
+
+
+def requeue(error_ids: Iterable[int], actor: Actor) -> Outcome:
+    """A fresh entry for each final, not yet requeued failure among these error records."""
+    wanted = _ids(error_ids)
+    with _atomic():
+        found = set(EntryError.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+        eligible = set(
+            EntryError.objects.failed().filter(pk__in=found).values_list("pk", flat=True)
+        )
+        # requeue() reads only the ids, locks the rows itself and skips what is not eligible.
+        created = EntryError.objects.requeue([EntryError(pk=pk) for pk in sorted(eligible)])
+        requeued = set(
+            EntryError.objects.filter(pk__in=eligible, requeued_at__isnull=False).values_list(
+                "pk", flat=True
+            )
+        )
+        outcome = Outcome(
+            "requeue",
+            "Requeued",
+            ("failed entry", "failed entries"),
+            done=[pk for pk in wanted if pk in requeued],
+            skipped={
+                pk: NOT_A_FINAL_FAILURE for pk in wanted if pk in found and pk not in requeued
+            },
+            not_found=[pk for pk in wanted if pk not in found],
+            created=[entry.pk for entry in created],
+        )
+        return _audited(outcome, actor, f"error records {_listed(wanted)}")
+
+
+def requeue_matching(
+    actor: Actor,
+    *,
+    job: str | None = None,
+    exception_class: str | None = None,
+    queue: str | None = None,
+) -> Outcome:
+    """Requeue every failed entry of a job, exception class and/or queue (at least one, or
+    ``requeue_all``)."""
+    matching = {"job": job, "exception_class": exception_class, "queue": queue}
+    described = " ".join(f"{key}={value}" for key, value in matching.items() if value)
+    if not described:
+        raise ValueError("requeue_matching() needs a job, an exception class or a queue.")
+    return _requeue_matching(actor, f" matching {described}", job, exception_class, queue)
+
+
+def requeue_all(actor: Actor) -> Outcome:
+    """Requeue every failed entry."""
+    return _requeue_matching(actor, "", None, None, None)
+
+
+def _requeue_matching(
+    actor: Actor, detail: str, job: str | None, exception_class: str | None, queue: str | None
+) -> Outcome:
+    with _atomic():
+        count = EntryError.objects.requeue_matching(
+            job_name=job, exception_class=exception_class, queue=queue
+        )
+        outcome = Outcome(
+            "requeue",
+            "Requeued",
+            ("failed entry", "failed entries"),
+            detail=detail,
+            counted=count,
+        )
+        return _audited(outcome, actor, f"failed entries{detail or ' (all)'}")
+
+
+# -- queues ----------------------------------------------------------------------------------
+
+
+def pause(names: Iterable[str], actor: Actor) -> Outcome:
+    """Stop serving these queues; entries already running finish."""
+    return _set_paused(_ids(names), actor, paused=True)
+
+
+def resume(names: Iterable[str], actor: Actor) -> Outcome:
+    """Serve these queues again."""
+    return _set_paused(_ids(names), actor, paused=False)
+
+
+def _set_paused(names: list[str], actor: Actor, *, paused: bool) -> Outcome:
+    change = Queue.objects.pause if paused else Queue.objects.resume
+    outcome = Outcome(
+        "pause" if paused else "resume", "Paused" if paused else "Resumed", ("queue", "queues")
+    )
+    with _atomic():
+        for name in names:
+            try:
+                # A queue declared in settings or by a job may have no row yet.
+                Queue.objects.ensure(name, catalog)
+            except QueueNotFound:
+                outcome.not_found.append(name)
+                continue
+            if change(name):
+                outcome.done.append(name)
+            else:
+                outcome.skipped[name] = ALREADY_PAUSED if paused else NOT_PAUSED
+        return _audited(outcome, actor, f"queues {_listed(names)}")
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+def disable(job_names: Iterable[str], actor: Actor) -> Outcome:
+    """Disable these jobs: their waiting entries become ``disabled``, and so do new ones."""
+    names = _ids(job_names)
+    outcome = Outcome("disable", "Disabled", ("job", "jobs"))
+    with _atomic():
+        for name in names:
+            changed = Entry.objects.disable(name)
+            outcome.done.append(name)
+            outcome.notes[name] = f" ({plural(changed, 'entry', 'entries')})"
+        return _audited(outcome, actor, f"jobs {_listed(names)}")
+
+
+def enable(job_names: Iterable[str], actor: Actor) -> Outcome:
+    """Enable these disabled jobs: their entries wait or run again by their own ``run_at``."""
+    names = _ids(job_names)
+    outcome = Outcome("enable", "Enabled", ("job", "jobs"))
+    with _atomic():
+        disabled = set(
+            DisabledJob.objects.filter(job_name__in=names).values_list("job_name", flat=True)
+        )
+        for name in names:
+            changed = Entry.objects.enable(name)
+            if name in disabled:
+                outcome.done.append(name)
+                outcome.notes[name] = f" ({plural(changed, 'entry', 'entries')})"
+            else:
+                outcome.skipped[name] = NOT_DISABLED
+        return _audited(outcome, actor, f"jobs {_listed(names)}")
+
+
+# -- cron jobs -------------------------------------------------------------------------------
+
+
+def run_cron_now(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
+    """Make each cron job's waiting entry ``pending`` now (creating it if needed)."""
+    chosen = list(cron_jobs)
+    outcome = Outcome("run_now", "Started now", ("cron job", "cron jobs"))
+    with _atomic():
+        for cron_job in chosen:
+            if CronJob.objects.run_now(cron_job, catalog):
+                outcome.done.append(cron_job.name)
+            else:
+                outcome.skipped[cron_job.name] = CRON_NOT_STARTED
+        return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
+
+
+def _listed(items: Sequence[Any]) -> str:
+    if len(items) > LISTED_ITEMS:
+        shown = ", ".join(str(item) for item in items[:LISTED_ITEMS])
+        return f"{shown} and {len(items) - LISTED_ITEMS:,} more"
+    return ", ".join(str(item) for item in items)
