@@ -11,6 +11,7 @@ commands run with the rights of whoever can run ``manage.py``.
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import socket
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,8 @@ from django_iq.registry import catalog
 from django_iq.states import EntryState
 from django_iq.wording import plural
 
+logger = logging.getLogger(__name__)
+
 # Items named in a message; past this many, only their number is given.
 LISTED_ITEMS = 20
 
@@ -35,6 +38,8 @@ BEING_RUN = "being run by a worker"
 NOT_DEFERRED = "not deferred (only initial entries can run now)"
 NOT_A_FINAL_FAILURE = "not a final failure, or already requeued"
 NOT_DISABLED = "not disabled"
+ALREADY_DISABLED = "already disabled"
+ALREADY_ENABLED = "already enabled"
 CRON_NOT_STARTED = "disabled, or already pending or running"
 
 
@@ -82,6 +87,8 @@ class Outcome:
     notes: dict[Any, str] = field(default_factory=dict)
     # For an action on rows chosen by filters: how many were done (they are not named).
     counted: int | None = None
+    # Why something may not be found: "finished, failed for good or already cancelled".
+    not_found_hint: str = ""
 
     @property
     def done_count(self) -> int:
@@ -102,7 +109,8 @@ class Outcome:
         for reason, items in reasons.items():
             text += f" Skipped {len(items)}, {reason}: {self._items(items)}."
         if self.not_found:
-            text += f" Not found: {self._items(self.not_found)}."
+            hint = f" ({self.not_found_hint})" if self.not_found_hint else ""
+            text += f" Not found: {self._items(self.not_found)}{hint}."
         return text
 
     def _items(self, items: Sequence[Any]) -> str:
@@ -123,7 +131,15 @@ class Outcome:
 
 
 def _audited(outcome: Outcome, actor: Actor, target: str) -> Outcome:
-    """Write the audit record of ``outcome`` (inside the action's transaction)."""
+    """Write the audit record of ``outcome`` (inside the action's transaction) and log it."""
+    logger.info(
+        "operator action=%s door=%s actor=%s target=%s: %s",
+        outcome.action,
+        actor.door,
+        actor.name,
+        target,
+        outcome.message,
+    )
     OperatorAction.objects.record(
         door=actor.door,
         actor=actor.name,
@@ -155,7 +171,7 @@ def _ids(ids: Iterable[T]) -> list[T]:
 
 def cancel(ids: Iterable[int], actor: Actor) -> Outcome:
     """Delete these entries, whatever their state, except those a worker is running."""
-    wanted = _ids(ids)
+    wanted = sorted(set(ids))
     with _atomic():
         cancelled, running = Entry.objects.cancel_returning(wanted)
         done = sorted(entry.pk for entry in cancelled)
@@ -166,13 +182,14 @@ def cancel(ids: Iterable[int], actor: Actor) -> Outcome:
             done=done,
             skipped=dict.fromkeys(sorted(running), BEING_RUN),
             not_found=[pk for pk in wanted if pk not in set(done) and pk not in running],
+            not_found_hint="finished, failed for good or already cancelled",
         )
         return _audited(outcome, actor, f"entries {_listed(wanted)}")
 
 
 def run_now(ids: Iterable[int], actor: Actor) -> Outcome:
     """Make these deferred (``initial``) entries ``pending`` now."""
-    wanted = _ids(ids)
+    wanted = sorted(set(ids))
     with _atomic():
         states = dict(Entry.objects.filter(pk__in=wanted).values_list("pk", "state"))
         deferred = [pk for pk in wanted if states.get(pk) == EntryState.INITIAL]
@@ -189,6 +206,7 @@ def run_now(ids: Iterable[int], actor: Actor) -> Outcome:
             done=[pk for pk in wanted if pk in made],
             skipped={pk: NOT_DEFERRED for pk in wanted if pk in states and pk not in made},
             not_found=[pk for pk in wanted if pk not in states],
+            not_found_hint="finished, failed for good or cancelled",
         )
         return _audited(outcome, actor, f"entries {_listed(wanted)}")
 
@@ -198,7 +216,7 @@ def run_now(ids: Iterable[int], actor: Actor) -> Outcome:
 
 def requeue(error_ids: Iterable[int], actor: Actor) -> Outcome:
     """A fresh entry for each final, not yet requeued failure among these error records."""
-    wanted = _ids(error_ids)
+    wanted = sorted(set(error_ids))
     with _atomic():
         found = set(EntryError.objects.filter(pk__in=wanted).values_list("pk", flat=True))
         eligible = set(
@@ -220,6 +238,7 @@ def requeue(error_ids: Iterable[int], actor: Actor) -> Outcome:
                 pk: NOT_A_FINAL_FAILURE for pk in wanted if pk in found and pk not in requeued
             },
             not_found=[pk for pk in wanted if pk not in found],
+            not_found_hint="no such error record, or pruned",
             created=[entry.pk for entry in created],
         )
         return _audited(outcome, actor, f"error records {_listed(wanted)}")
@@ -234,11 +253,19 @@ def requeue_matching(
 ) -> Outcome:
     """Requeue every failed entry of a job, exception class and/or queue (at least one, or
     ``requeue_all``)."""
+    detail = matching_detail(job=job, exception_class=exception_class, queue=queue)
+    if not detail:
+        raise ValueError("requeue_matching() needs a job, an exception class or a queue.")
+    return _requeue_matching(actor, detail, job, exception_class, queue)
+
+
+def matching_detail(
+    *, job: str | None = None, exception_class: str | None = None, queue: str | None = None
+) -> str:
+    """`` matching job=... queue=...``, as the messages say it; empty without a filter."""
     matching = {"job": job, "exception_class": exception_class, "queue": queue}
     described = " ".join(f"{key}={value}" for key, value in matching.items() if value)
-    if not described:
-        raise ValueError("requeue_matching() needs a job, an exception class or a queue.")
-    return _requeue_matching(actor, f" matching {described}", job, exception_class, queue)
+    return f" matching {described}" if described else ""
 
 
 def requeue_all(actor: Actor) -> Outcome:
@@ -304,10 +331,17 @@ def disable(job_names: Iterable[str], actor: Actor) -> Outcome:
     names = _ids(job_names)
     outcome = Outcome("disable", "Disabled", ("job", "jobs"))
     with _atomic():
+        already = set(
+            DisabledJob.objects.filter(job_name__in=names).values_list("job_name", flat=True)
+        )
         for name in names:
+            # Run for a job already disabled too: it catches entries enqueued meanwhile.
             changed = Entry.objects.disable(name)
-            outcome.done.append(name)
             outcome.notes[name] = f" ({plural(changed, 'entry', 'entries')})"
+            if name in already:
+                outcome.skipped[name] = ALREADY_DISABLED
+            else:
+                outcome.done.append(name)
         return _audited(outcome, actor, f"jobs {_listed(names)}")
 
 
@@ -335,13 +369,33 @@ def enable(job_names: Iterable[str], actor: Actor) -> Outcome:
 def run_cron_now(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
     """Make each cron job's waiting entry ``pending`` now (creating it if needed)."""
     chosen = list(cron_jobs)
-    outcome = Outcome("run_now", "Started now", ("cron job", "cron jobs"))
+    outcome = Outcome("run_now", "Made pending now", ("cron job", "cron jobs"))
     with _atomic():
         for cron_job in chosen:
             if CronJob.objects.run_now(cron_job, catalog):
                 outcome.done.append(cron_job.name)
             else:
                 outcome.skipped[cron_job.name] = CRON_NOT_STARTED
+        return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
+
+
+def set_cron_enabled(cron_jobs: Iterable[CronJob], enabled: bool, actor: Actor) -> Outcome:
+    """Enable or disable cron jobs; the leader adds or removes their entry on its next pass."""
+    chosen = list(cron_jobs)
+    outcome = Outcome(
+        "enable" if enabled else "disable",
+        "Enabled" if enabled else "Disabled",
+        ("cron job", "cron jobs"),
+    )
+    with _atomic():
+        targets = [c for c in chosen if c.is_enabled != enabled]
+        CronJob.objects.set_enabled([c.pk for c in targets], enabled)
+        outcome.done = [c.name for c in targets]
+        outcome.skipped = {
+            c.name: ALREADY_ENABLED if enabled else ALREADY_DISABLED
+            for c in chosen
+            if c not in targets
+        }
         return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
 
 

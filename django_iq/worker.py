@@ -188,10 +188,10 @@ class WorkerProcess:
         self._signals += 1
         self._first_signal_at = self._first_signal_at or now
         if self._signals == 1:
+            self.stop()
             logger.info(
                 "stopping name=%s signal=%s grace_seconds=%s", self.name, signum, self.grace_seconds
             )
-            self.stop()
         else:
             logger.warning("stopping at once name=%s signal=%s", self.name, signum)
             self.acks.close(timeout=2.0)  # successes already in hand: write them if it is quick

@@ -15,7 +15,9 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
+from django_iq import operations
 from django_iq.limits import text_problem
+from django_iq.models import OperatorAction
 from django_iq.operations import Outcome
 from django_iq.queries import estimated_row_count
 
@@ -121,12 +123,9 @@ def log_objects(
     )
 
 
-def report(
-    model_admin: admin.ModelAdmin[Any], request: HttpRequest, message: str, *, skipped: int = 0
-) -> None:
-    """Tell the operator what an action did: a success, or a warning when rows were skipped."""
-    level = messages.WARNING if skipped else messages.SUCCESS
-    model_admin.message_user(request, message, level)
+def admin_actor(request: HttpRequest) -> operations.Actor:
+    """The signed-in user acting through the admin."""
+    return operations.Actor.of_request(request, OperatorAction.Door.ADMIN)
 
 
 def report_outcome(

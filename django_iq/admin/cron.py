@@ -16,14 +16,14 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from django_iq.admin.common import IQModelAdmin, log_objects, report
+from django_iq import operations
+from django_iq.admin.common import IQModelAdmin, admin_actor, log_objects, report_outcome
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.models import CronJob
 from django_iq.registry import catalog, get_job
 from django_iq.schedule import next_fire_time
 from django_iq.serialization import validate_arguments
 from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
-from django_iq.wording import plural
 
 # Fire times listed after next_run_at.
 NEXT_FIRES = 3
@@ -156,22 +156,17 @@ class CronJobAdmin(IQModelAdmin):
     def _set_enabled(
         self, request: HttpRequest, queryset: QuerySet[CronJob], *, enabled: bool
     ) -> None:
+        chosen = {cron_job.name: cron_job for cron_job in queryset}
+        outcome = operations.set_cron_enabled(chosen.values(), enabled, admin_actor(request))
         verb = "Enabled" if enabled else "Disabled"
-        selected = queryset.count()
-        targets = list(queryset.exclude(is_enabled=enabled))
-        changed = CronJob.objects.set_enabled([cron_job.pk for cron_job in targets], enabled)
-        log_objects(request, targets, f"{verb} the cron job.", CHANGE)
-        message = f"{verb} {plural(changed, 'cron job')}."
-        if selected - changed:
-            message += f" {selected - changed} skipped: already {verb.lower()}."
-        report(self, request, message)
+        log_objects(request, [chosen[n] for n in outcome.done], f"{verb} the cron job.", CHANGE)
+        report_outcome(self, request, outcome)
 
     @admin.action(description="Run selected cron jobs now", permissions=["change"])
     def run_cron_jobs_now(self, request: HttpRequest, queryset: QuerySet[CronJob]) -> None:
-        started = [cron_job for cron_job in queryset if CronJob.objects.run_now(cron_job, catalog)]
-        log_objects(request, started, "Run now: its entry made pending.", CHANGE)
-        skipped = queryset.count() - len(started)
-        message = f"{plural(len(started), 'cron job')} will run now."
-        if skipped:
-            message += f" {skipped} skipped: disabled, or already pending or running."
-        report(self, request, message, skipped=skipped)
+        chosen = {cron_job.name: cron_job for cron_job in queryset}
+        outcome = operations.run_cron_now(chosen.values(), admin_actor(request))
+        log_objects(
+            request, [chosen[n] for n in outcome.done], "Made its entry pending now.", CHANGE
+        )
+        report_outcome(self, request, outcome)

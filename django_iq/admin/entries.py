@@ -15,18 +15,19 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from django_iq import operations
 from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
     ReadOnlyAdmin,
+    admin_actor,
     log_objects,
-    report,
+    report_outcome,
 )
 from django_iq.managers import EntryQuerySet
 from django_iq.models import DisabledJob, Entry, GroupLock
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.states import EntryState, group_lock_key
-from django_iq.wording import plural
 
 
 class JobFilter(admin.SimpleListFilter):
@@ -190,16 +191,10 @@ class EntryAdmin(ActionOnlyAdmin):
 
     @admin.action(description="Disable the jobs of selected entries", permissions=["change"])
     def disable_jobs(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
-        disabled = {name: Entry.objects.disable(name) for name in self._job_names(queryset)}
-        rows = DisabledJob.objects.filter(job_name__in=list(disabled))
-        for row in rows:
-            log_objects(
-                request,
-                [row],
-                f"Disabled job: {plural(disabled[row.job_name], 'entry', 'entries')} disabled.",
-                ADDITION,
-            )
-        report(self, request, f"Disabled {_jobs_summary(disabled)}.")
+        outcome = operations.disable(self._job_names(queryset), admin_actor(request))
+        for row in DisabledJob.objects.filter(job_name__in=outcome.done):
+            log_objects(request, [row], f"Disabled the job{outcome.notes[row.job_name]}.", ADDITION)
+        report_outcome(self, request, outcome)
 
     @admin.action(description="Enable the jobs of selected entries", permissions=["change"])
     def enable_jobs(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
@@ -207,57 +202,31 @@ class EntryAdmin(ActionOnlyAdmin):
 
     @admin.action(description="Run selected deferred entries now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
-        selected = queryset.count()
-        deferred = list(queryset.filter(state=EntryState.INITIAL).only("pk", "job_name", "state"))
-        changed = Entry.objects.run_now(entry.pk for entry in deferred)
-        log_objects(request, deferred, "Made pending: run now.", CHANGE)
-        message = f"{plural(changed, 'entry', 'entries')} will run now."
-        skipped = selected - changed
-        if skipped:
-            message += f" {skipped} skipped: not deferred (only initial entries can run now)."
-        report(self, request, message, skipped=skipped)
+        selected = list(queryset.only("pk", "job_name", "state"))
+        outcome = operations.run_now([entry.pk for entry in selected], admin_actor(request))
+        done = set(outcome.done)
+        log_objects(request, [e for e in selected if e.pk in done], "Made pending now.", CHANGE)
+        report_outcome(self, request, outcome)
 
     @admin.action(description="Cancel selected entries", permissions=["cancel"])
     def cancel_entries(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
         selected = list(queryset.only("pk", "job_name", "state"))
-        ids = [entry.pk for entry in selected]
-        cancelled, skipped = Entry.objects.cancel(ids)
-        remaining = set(Entry.objects.filter(pk__in=ids).values_list("pk", flat=True))
-        log_objects(request, [e for e in selected if e.pk not in remaining], "Cancelled.", DELETION)
-        message = f"{cancelled} cancelled"
-        if skipped:
-            message += f", {skipped} skipped: locked by a running worker"
-        report(self, request, message + ".", skipped=skipped)
-
-
-def _jobs_summary(counts: dict[str, int]) -> str:
-    """``"job a (3 entries), job b (0 entries)"``."""
-    if not counts:
-        return "no job"
-    return ", ".join(
-        f"job {name} ({plural(count, 'entry', 'entries')})" for name, count in counts.items()
-    )
+        outcome = operations.cancel([entry.pk for entry in selected], admin_actor(request))
+        done = set(outcome.done)
+        log_objects(request, [e for e in selected if e.pk in done], "Cancelled.", DELETION)
+        report_outcome(self, request, outcome)
 
 
 def enable_jobs(
     model_admin: admin.ModelAdmin[Any], request: HttpRequest, names: Sequence[str]
 ) -> None:
-    """Enable ``names`` with ``Entry.objects.enable``, log it against each ``DisabledJob`` row
-    removed, and report counts; jobs that were not disabled are reported as skipped."""
+    """Enable ``names`` through ``operations.enable`` and log it against each ``DisabledJob``
+    row removed."""
     rows = {row.job_name: row for row in DisabledJob.objects.filter(job_name__in=list(names))}
-    enabled = {name: Entry.objects.enable(name) for name in names}
-    for name, row in rows.items():
-        log_objects(
-            request,
-            [row],
-            f"Enabled job: {plural(enabled[name], 'entry', 'entries')} enabled.",
-            DELETION,
-        )
-    message = f"Enabled {_jobs_summary({name: enabled[name] for name in rows})}."
-    skipped = [name for name in names if name not in rows]
-    if skipped:
-        message += f" {len(skipped)} skipped: not disabled ({', '.join(skipped)})."
-    report(model_admin, request, message)
+    outcome = operations.enable(names, admin_actor(request))
+    for name in outcome.done:
+        log_objects(request, [rows[name]], f"Enabled the job{outcome.notes[name]}.", DELETION)
+    report_outcome(model_admin, request, outcome)
 
 
 @admin.register(DisabledJob)

@@ -3,7 +3,7 @@ outcome, and requeued one by one or all alike through the manager."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE
@@ -13,15 +13,15 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from django_iq import operations
 from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
+    admin_actor,
     log_objects,
-    report,
+    report_outcome,
 )
-from django_iq.managers import EntryErrorQuerySet
 from django_iq.models import EntryError
-from django_iq.wording import plural
 
 
 class RequeuedFilter(admin.SimpleListFilter):
@@ -113,15 +113,16 @@ class EntryErrorAdmin(ActionOnlyAdmin):
 
     @admin.action(description="Requeue selected failed entries", permissions=["requeue"])
     def requeue_errors(self, request: HttpRequest, queryset: QuerySet[EntryError]) -> None:
-        selected = queryset.count()
-        failed = list(cast(EntryErrorQuerySet, queryset).failed())
-        created = EntryError.objects.requeue(failed)
-        log_objects(request, failed, "Requeued as a new pending entry.", CHANGE)
-        message = f"Requeued {plural(len(created), 'failed entry', 'failed entries')}."
-        skipped = selected - len(created)
-        if skipped:
-            message += f" {skipped} skipped: not a final failure, or already requeued."
-        report(self, request, message, skipped=skipped)
+        selected = list(queryset)
+        outcome = operations.requeue([error.pk for error in selected], admin_actor(request))
+        done = set(outcome.done)
+        log_objects(
+            request,
+            [error for error in selected if error.pk in done],
+            "Requeued as a new pending entry.",
+            CHANGE,
+        )
+        report_outcome(self, request, outcome)
 
     @admin.action(
         description="Requeue all failures of the selected errors' job and exception class",
@@ -129,17 +130,12 @@ class EntryErrorAdmin(ActionOnlyAdmin):
     )
     def requeue_matching(self, request: HttpRequest, queryset: QuerySet[EntryError]) -> None:
         pairs = sorted(queryset.order_by().values_list("job_name", "exception_class").distinct())
-        parts = []
         for job_name, exception_class in pairs:
             if not job_name or not exception_class:
                 continue  # an empty value would widen the match to every job or exception
-            count = EntryError.objects.requeue_matching(
-                job_name=job_name, exception_class=exception_class
+            outcome = operations.requeue_matching(
+                admin_actor(request), job=job_name, exception_class=exception_class
             )
-            text = f"{plural(count, 'entry', 'entries')} of job {job_name} failed with {exception_class}"
-            parts.append(text)
             example = queryset.filter(job_name=job_name, exception_class=exception_class).first()
-            log_objects(
-                request, [example] if example else [], f"Requeued all failures: {text}.", CHANGE
-            )
-        report(self, request, f"Requeued {'; '.join(parts) or 'nothing'}.")
+            log_objects(request, [example] if example else [], outcome.message, CHANGE)
+            report_outcome(self, request, outcome)

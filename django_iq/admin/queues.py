@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
 from django_iq import operations
-from django_iq.admin.common import log_objects, report_outcome
+from django_iq.admin.common import admin_actor, log_objects, report_outcome
 from django_iq.dashboard import dashboard_view
 from django_iq.managers import QueueStats
 from django_iq.models import Queue
@@ -158,7 +158,7 @@ class QueueAdmin(admin.ModelAdmin):
     def _set_paused(self, request: HttpRequest, queryset: QuerySet[Queue], *, paused: bool) -> None:
         act = operations.pause if paused else operations.resume
         queues = {queue.name: queue for queue in queryset}
-        outcome = act(list(queues), operations.Actor.of_request(request, "admin"))
+        outcome = act(list(queues), admin_actor(request))
         verb = "Paused" if paused else "Resumed"
         log_objects(request, [queues[name] for name in outcome.done], f"{verb} the queue.", CHANGE)
         report_outcome(self, request, outcome)

@@ -132,6 +132,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "cancelled": {**IDS, "description": "Entries deleted."},
             "skipped": {**IDS, "description": "Entries refused: a worker is computing them."},
             "not_found": {**IDS, "description": "Ids that matched no entry."},
+            "message": MESSAGE,
         }
     ),
     "CancelRefused": closed_object(
@@ -170,12 +171,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "description": "Records found but not final failures still to requeue.",
             },
             "not_found": IDS,
+            "message": MESSAGE,
         }
     ),
     "RequeuedMatching": closed_object(
         {
             "requeued": {"type": "integer", "minimum": 0},
             "matching": {"type": "object", "additionalProperties": {"type": "string"}},
+            "message": MESSAGE,
         }
     ),
     "Queue": closed_object(

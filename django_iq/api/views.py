@@ -37,7 +37,7 @@ from django_iq.api.pagination import (
     stream_ndjson,
 )
 from django_iq.api.serializers import entry_detail, entry_summary, error_dict, queue_dict
-from django_iq.models import Entry, EntryError, GroupLock, Queue
+from django_iq.models import Entry, EntryError, GroupLock, OperatorAction, Queue
 from django_iq.snapshot import read_snapshot
 
 REQUEUE_FILTER_KEYS = ("job", "exception_class", "queue")
@@ -49,6 +49,11 @@ def _user_id(request: HttpRequest) -> int | str:
     if user_id is None:  # Endpoint refuses anonymous users before any view runs.
         raise ApiError(401, "Authentication required.")
     return user_id
+
+
+def _actor(request: HttpRequest) -> operations.Actor:
+    """The signed-in user acting through the API."""
+    return operations.Actor.of_request(request, OperatorAction.Door.API)
 
 
 def _log(request: HttpRequest, objects: Sequence[Model], action: Action, message: str) -> None:
@@ -147,22 +152,30 @@ def entry_cancel(request: HttpRequest) -> HttpResponseBase:
 
 def _cancel(request: HttpRequest, ids: list[int], *, single: bool) -> HttpResponseBase:
     with transaction.atomic():
-        cancelled, skipped = Entry.objects.cancel_returning(ids)
-        _log(request, cancelled, "deletion", "Cancelled through the django_iq API.")
-    done = {entry.pk for entry in cancelled}
+        wanted = list(Entry.objects.filter(pk__in=ids).only("pk", "job_name", "state"))
+        outcome = operations.cancel(ids, _actor(request))
+        done = set(outcome.done)
+        _log(
+            request,
+            [entry for entry in wanted if entry.pk in done],
+            "deletion",
+            "Cancelled through the django_iq API.",
+        )
+    skipped = sorted(outcome.skipped)
     result = {
-        "cancelled": sorted(done),
+        "cancelled": outcome.done,
         "skipped": skipped,
-        "not_found": [pk for pk in ids if pk not in done and pk not in skipped],
+        "not_found": outcome.not_found,
+        "message": outcome.message,
     }
     if single and skipped:
         raise ApiError(
             409,
             f"Entry {ids[0]} was not cancelled: its group lock is held, so a worker is "
             "computing it. Try again once it is done.",
-            **result,
+            **{key: value for key, value in result.items() if key != "message"},
         )
-    if single and not cancelled:
+    if single and not outcome.done:
         raise _entry_not_found(request, ids[0])
     return JsonResponse(result)
 
@@ -195,18 +208,18 @@ def error_requeue(request: HttpRequest) -> HttpResponseBase:
         if any(key in body for key in REQUEUE_FILTER_KEYS):
             raise ApiError(400, f"Give either ids or filters, not both: {example}.")
         ids = read_ids(body["ids"])
-        found = set(EntryError.objects.filter(pk__in=ids).values_list("pk", flat=True))
         with transaction.atomic():
-            # requeue() reads only the ids and locks the rows itself.
-            created = EntryError.objects.requeue([EntryError(pk=pk) for pk in sorted(found)])
+            outcome = operations.requeue(ids, _actor(request))
+            created = list(Entry.objects.filter(pk__in=outcome.created))
             _log(request, created, "addition", "Requeued through the django_iq API.")
         return JsonResponse(
             {
-                "requeued": len(created),
-                "entry_ids": [entry.pk for entry in created],
+                "requeued": outcome.done_count,
+                "entry_ids": outcome.created,
                 # Found, but not a final failure still to requeue.
-                "skipped": len(found) - len(created),
-                "not_found": [pk for pk in ids if pk not in found],
+                "skipped": len(outcome.skipped),
+                "not_found": outcome.not_found,
+                "message": outcome.message,
             }
         )
     matching = {key: body.get(key) for key in REQUEUE_FILTER_KEYS if body.get(key) is not None}
@@ -219,14 +232,18 @@ def error_requeue(request: HttpRequest) -> HttpResponseBase:
     for key, value in matching.items():
         if not isinstance(value, str) or not value:
             raise InvalidParameter(key, value, "a non-empty string")
-    requeued = EntryError.objects.requeue_matching(
-        job_name=matching.get("job"),
-        exception_class=matching.get("exception_class"),
-        queue=matching.get("queue"),
+    with transaction.atomic():
+        outcome = operations.requeue_matching(
+            _actor(request),
+            job=matching.get("job"),
+            exception_class=matching.get("exception_class"),
+            queue=matching.get("queue"),
+        )
+        if outcome.done_count and apps.is_installed("django.contrib.admin"):
+            _log_matching(request, matching, outcome.done_count)
+    return JsonResponse(
+        {"requeued": outcome.done_count, "matching": matching, "message": outcome.message}
     )
-    if requeued and apps.is_installed("django.contrib.admin"):
-        _log_matching(request, matching, requeued)
-    return JsonResponse({"requeued": requeued, "matching": matching})
 
 
 def _log_matching(request: HttpRequest, matching: dict[str, Any], count: int) -> None:
@@ -278,7 +295,7 @@ def _set_paused(request: HttpRequest, name: str, *, paused: bool) -> HttpRespons
     parse_query(request.GET, ())
     act = operations.pause if paused else operations.resume
     with transaction.atomic():
-        outcome = act([name], operations.Actor.of_request(request, "api"))
+        outcome = act([name], _actor(request))
         if outcome.not_found:
             raise ApiError(404, f"Queue {name!r} does not exist.")
         if outcome.done:

@@ -53,6 +53,8 @@ def test_sigterm_releases_the_rest_of_a_group_claim_for_another_worker(tmp_path:
 
     wait_until(lambda: started("g-1"), message="the first entry of the group to start")
     worker.send_signal(signal.SIGTERM)
+    # The job ends only once the worker has taken the stop request in, whatever the load.
+    wait_until(lambda: "stopping name=" in worker.output(), message="the stop to be logged")
     release.touch()
     code, output = finish(worker, 60)
 

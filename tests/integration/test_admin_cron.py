@@ -129,7 +129,7 @@ def test_declared_cron_jobs_are_read_only_but_can_be_disabled(client: Client) ->
     cron_job.refresh_from_db()
     assert 'name="schedule"' not in page.content.decode()
     assert (cron_job.schedule, cron_job.is_enabled) == ("*/5 * * * *", False)
-    assert messages_of(response)[-1] == "Disabled 1 cron job."
+    assert messages_of(response)[-1] == f"Disabled 1 cron job: {cron_job.name}."
 
 
 def test_deleting_a_cron_job_removes_its_waiting_entry(client: Client) -> None:
@@ -152,7 +152,9 @@ def test_enable_reports_cron_jobs_already_enabled(client: Client) -> None:
     response = run_action(client, CronJob, "enable_cron_jobs", [disabled, enabled])
 
     assert set(CronJob.objects.values_list("is_enabled", flat=True)) == {True}
-    assert messages_of(response) == ["Enabled 1 cron job. 1 skipped: already enabled."]
+    assert messages_of(response) == [
+        f"Enabled 1 cron job: {disabled.name}. Skipped 1, already enabled: {enabled.name}."
+    ]
     assert [e.object_id for e in log_entries()] == [str(disabled.pk)]
 
 
@@ -166,6 +168,7 @@ def test_run_now_makes_the_entry_pending_and_refuses_disabled_cron_jobs(client: 
 
     assert list(Entry.objects.values_list("cron_job", "state")) == [(enabled.pk, "pending")]
     assert messages_of(response) == [
-        "1 cron job will run now. 1 skipped: disabled, or already pending or running."
+        f"Made pending now 1 cron job: {enabled.name}. "
+        f"Skipped 1, disabled, or already pending or running: {disabled.name}."
     ]
     assert [e.object_id for e in log_entries()] == [str(enabled.pk)]

@@ -265,12 +265,12 @@ def test_disable_job_disables_every_entry_of_the_selected_entries_jobs(client: C
         "disabled",
         "pending",
     )
-    assert messages_of(response) == [f"Disabled job {RECORD} (2 entries)."]
+    assert messages_of(response) == [f"Disabled 1 job: {RECORD} (2 entries)."]
     (log,) = log_entries()
     assert (log.action_flag, log.object_repr, log.change_message) == (
         ADDITION,
         f"{RECORD} (disabled)",
-        "Disabled job: 2 entries disabled.",
+        "Disabled the job (2 entries).",
     )
 
 
@@ -288,10 +288,10 @@ def test_enable_job_enables_entries_and_says_which_jobs_were_not_disabled(
     assert disabled.state == "pending"
     assert not DisabledJob.objects.exists()
     assert messages_of(response) == [
-        f"Enabled job {RECORD} (1 entry). 1 skipped: not disabled ({NOOP})."
+        f"Enabled 1 job: {RECORD} (1 entry). Skipped 1, not disabled: {NOOP}."
     ]
     assert [(e.action_flag, e.change_message) for e in log_entries()] == [
-        (DELETION, "Enabled job: 1 entry enabled.")
+        (DELETION, "Enabled the job (1 entry).")
     ]
 
 
@@ -305,7 +305,8 @@ def test_run_now_makes_deferred_entries_pending_and_reports_the_others(client: C
     deferred.refresh_from_db()
     assert deferred.state == "pending"
     assert messages_of(response) == [
-        "1 entry will run now. 1 skipped: not deferred (only initial entries can run now)."
+        f"Made pending now 1 entry: {deferred.pk}. "
+        f"Skipped 1, not deferred (only initial entries can run now): {ready.pk}."
     ]
     assert [(e.action_flag, e.object_id) for e in log_entries()] == [(CHANGE, str(deferred.pk))]
 
@@ -320,7 +321,7 @@ def test_cancel_refuses_entries_locked_by_a_running_worker_and_says_so(client: C
     assert list(Entry.objects.values_list("pk", flat=True)) == [running.pk]
     (message,) = get_messages(response.wsgi_request)
     assert (str(message), message.level) == (
-        "1 cancelled, 1 skipped: locked by a running worker.",
+        f"Cancelled 1 entry: {free.pk}. Skipped 1, being run by a worker: {running.pk}.",
         messages.WARNING,
     )
     assert [(e.action_flag, e.object_id) for e in log_entries()] == [(DELETION, str(free.pk))]

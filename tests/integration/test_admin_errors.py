@@ -8,7 +8,7 @@ from django.contrib.admin.models import CHANGE, DELETION
 from django.test import Client
 from django.utils import timezone
 
-from django_iq.models import Entry, EntryError
+from django_iq.models import Entry, EntryError, OperatorAction
 from tests.factories import EntryErrorFactory, QueueFactory
 from tests.integration.test_admin import (
     change_url,
@@ -119,7 +119,8 @@ def test_requeue_enqueues_final_failures_and_skips_the_others(client: Client) ->
     final.refresh_from_db()
     assert final.requeued_at is not None
     assert messages_of(response) == [
-        "Requeued 1 failed entry. 2 skipped: not a final failure, or already requeued."
+        f"Requeued 1 failed entry: {final.pk}. New entries: {entry.pk}. Skipped 2, not a final "
+        f"failure, or already requeued: {retrying.pk}, {done.pk}."
     ]
     assert [(e.action_flag, e.object_id) for e in log_entries()] == [(CHANGE, str(final.pk))]
 
@@ -141,13 +142,17 @@ def test_requeue_matching_requeues_every_failure_of_the_same_job_and_exception(
     assert requeued == {selected.pk, alike.pk}
     assert not {other_exception.pk, other_job.pk} & requeued
     assert Entry.objects.count() == 2
-    assert messages_of(response) == [
-        f"Requeued 2 entries of job {RECORD} failed with builtins.ValueError."
-    ]
+    said = f"Requeued 2 failed entries matching job={RECORD} exception_class=builtins.ValueError."
+    assert messages_of(response) == [said]
     (log,) = log_entries()
-    assert (log.object_id, log.change_message) == (
-        str(selected.pk),
-        f"Requeued all failures: 2 entries of job {RECORD} failed with builtins.ValueError.",
+    assert (log.object_id, log.change_message) == (str(selected.pk), said)
+    (audit,) = OperatorAction.objects.all()
+    assert (audit.door, audit.actor, audit.action, audit.done, audit.message) == (
+        "admin",
+        "root",
+        "requeue",
+        2,
+        said,
     )
 
 

@@ -152,5 +152,5 @@ def test_enabling_a_disabled_job_from_its_list_enables_its_entries(client: Clien
     entry.refresh_from_db()
     assert entry.state == "initial"  # its run_at is still to come
     assert not DisabledJob.objects.exists()
-    assert messages_of(response) == ["Enabled job tests.testapp.jobs.record (1 entry)."]
+    assert messages_of(response) == ["Enabled 1 job: tests.testapp.jobs.record (1 entry)."]
     assert Entry.objects.count() == 1

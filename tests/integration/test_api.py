@@ -342,7 +342,12 @@ def test_delete_cancels_the_entry_and_records_who_did_it(operator: Api) -> None:
     response = operator.delete(url("entry", entry.pk))
 
     assert response.status_code == 200
-    assert response.json() == {"cancelled": [entry.pk], "skipped": [], "not_found": []}
+    assert response.json() == {
+        "cancelled": [entry.pk],
+        "skipped": [],
+        "not_found": [],
+        "message": f"Cancelled 1 entry: {entry.pk}.",
+    }
     assert list(Entry.objects.values_list("pk", flat=True)) == [other.pk]
     log = LogEntry.objects.get()
     assert (log.user.username, log.action_flag, log.object_id) == (
@@ -395,6 +400,9 @@ def test_cancel_many_reports_what_became_of_each_id(operator: Api) -> None:
         "cancelled": sorted([*(e.pk for e in waiting), deferred.pk]),
         "skipped": sorted([running.pk, grouped.pk]),
         "not_found": [987654],
+        "message": f"Cancelled 4 entries: {', '.join(str(pk) for pk in sorted(ids[:4]))}. "
+        f"Skipped 2, being run by a worker: {running.pk}, {grouped.pk}. "
+        "Not found: 987654 (finished, failed for good or already cancelled).",
     }
     assert set(Entry.objects.values_list("pk", flat=True)) == {running.pk, sibling.pk, grouped.pk}
     assert sorted(
@@ -475,6 +483,9 @@ def test_requeue_by_ids_enqueues_each_final_failure_once_and_logs_it(operator: A
         "entry_ids": [entry.pk for entry in created],
         "skipped": 2,
         "not_found": [987654],
+        "message": f"Requeued 2 failed entries: {failed[0].pk}, {failed[1].pk}. New entries: "
+        f"{created[0].pk}, {created[1].pk}. Skipped 2, not a final failure, or already "
+        f"requeued: {retried.pk}, {done.pk}. Not found: 987654 (no such error record, or pruned).",
     }
     assert sorted((e.args, e.priority, e.state) for e in created) == [
         (["t0"], 0, "pending"),
@@ -498,6 +509,8 @@ def test_requeue_matching_requeues_only_the_matching_failures(operator: Api) -> 
     assert response.json() == {
         "requeued": 3,
         "matching": {"exception_class": "shop.errors.Timeout", "queue": "default"},
+        "message": "Requeued 3 failed entries matching exception_class=shop.errors.Timeout "
+        "queue=default.",
     }
     assert Entry.objects.count() == 3
     assert list(EntryError.objects.failed().values_list("exception_class", flat=True)) == [

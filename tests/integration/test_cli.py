@@ -448,13 +448,13 @@ def test_disable_disables_the_jobs_waiting_entries_and_later_ones() -> None:
 
     output = run("iq_disable", RECORD)
 
-    assert output == f"Job {RECORD} disabled: 3 waiting entries disabled.\n"
+    assert output == f"Disabled 1 job: {RECORD} (3 entries).\n"
     assert Entry.objects.disabled().filter(job_name=RECORD).count() == 3
     assert Entry.objects.pending().filter(job_name=NOOP).count() == 1
     assert DisabledJob.objects.filter(job_name=RECORD).exists()
     assert (
         run("iq_disable", RECORD)
-        == f"Job {RECORD} was already disabled: 0 waiting entries disabled.\n"
+        == f"Disabled 0 jobs. Skipped 1, already disabled: {RECORD} (0 entries).\n"
     )
 
 
@@ -477,9 +477,7 @@ def test_enable_returns_entries_to_pending_or_deferred_by_their_run_at() -> None
 
     output = run("iq_enable", RECORD, NOOP)
 
-    assert output == (
-        f"Job {RECORD} enabled: 3 entries enabled.\nJob {NOOP} was not disabled: 0 entries enabled.\n"
-    )
+    assert output == (f"Enabled 1 job: {RECORD} (3 entries). Skipped 1, not disabled: {NOOP}.\n")
     assert Entry.objects.pending().count() == 2
     assert Entry.objects.initial().count() == 1
     assert not DisabledJob.objects.exists()
@@ -491,7 +489,7 @@ def test_enable_accepts_a_disabled_job_that_is_no_longer_registered() -> None:
 
     output = run("iq_enable", "gone.jobs.old")
 
-    assert output == "Job gone.jobs.old enabled: 1 entry enabled.\n"
+    assert output == "Enabled 1 job: gone.jobs.old (1 entry).\n"
     assert not DisabledJob.objects.exists()
 
 
@@ -514,7 +512,7 @@ def test_cancel_deletes_waiting_entries_and_skips_running_ones() -> None:
 
     assert output == (
         f"Cancelled 2 entries: {waiting.pk}, {deferred.pk}. "
-        f"Skipped 1 being run by a worker: {running.pk}. "
+        f"Skipped 1, being run by a worker: {running.pk}. "
         "Not found: 999999 (finished, failed for good or already cancelled).\n"
     )
     assert list(Entry.objects.values_list("pk", flat=True)) == [running.pk]
@@ -548,8 +546,8 @@ def test_requeue_by_id_enqueues_a_fresh_entry_for_each_final_failure() -> None:
 
     new = list(Entry.objects.order_by("pk").values_list("pk", flat=True))
     assert output == (
-        f"Requeued 2 failed entries. New entries: {new[0]}, {new[1]}. "
-        "1 skipped: not a final failure, or already requeued.\n"
+        f"Requeued 2 failed entries: {first.pk}, {second.pk}. New entries: {new[0]}, {new[1]}. "
+        f"Skipped 1, not a final failure, or already requeued: {retried.pk}.\n"
     )
     assert sorted(Entry.objects.pending().values_list("args", flat=True)) == sorted(
         [first.args, second.args]
@@ -577,8 +575,8 @@ def test_requeue_by_filters_requeues_only_matching_failures() -> None:
     )
 
     assert output == (
-        "Requeued 2 failed entries matching --job tests.testapp.jobs.record "
-        "--exception builtins.KeyError --queue default.\n"
+        "Requeued 2 failed entries matching job=tests.testapp.jobs.record "
+        "exception_class=builtins.KeyError queue=default.\n"
     )
     assert Entry.objects.count() == 2
     assert EntryError.objects.failed().count() == 3
@@ -598,7 +596,7 @@ def test_requeue_dry_run_counts_and_changes_nothing() -> None:
 
     assert run("iq_requeue", "--all-failed", "--dry-run") == "Would requeue 3 failed entries.\n"
     assert run("iq_requeue", "--queue", "default", "--dry-run") == (
-        "Would requeue 3 failed entries matching --queue default.\n"
+        "Would requeue 3 failed entries matching queue=default.\n"
     )
     assert run("iq_requeue", "--id", str(errors[0].pk), "--dry-run") == (
         "Would requeue 1 failed entry.\n"
@@ -613,7 +611,8 @@ def test_requeue_hints_at_the_module_when_an_exception_name_has_none() -> None:
     output = run("iq_requeue", "--exception", "KeyError")
 
     assert output == (
-        "Requeued 0 failed entries matching --exception KeyError. Exception classes are stored "
+        "Requeued 0 failed entries matching exception_class=KeyError. Exception classes are "
+        "stored "
         "with their module: try --exception builtins.KeyError or myapp.errors.KeyError.\n"
     )
 
@@ -723,7 +722,7 @@ def test_cron_enable_and_disable_change_only_what_needs_changing() -> None:
     CronJobFactory(name="weekly", disabled=True)
 
     assert run("iq_cron", "disable", "nightly", "weekly") == (
-        "Disabled 1 cron job: nightly. Already disabled: weekly.\n"
+        "Disabled 1 cron job: nightly. Skipped 1, already disabled: weekly.\n"
     )
     assert dict(CronJob.objects.values_list("name", "is_enabled")) == {
         "nightly": False,
@@ -739,10 +738,10 @@ def test_cron_run_now_makes_the_waiting_entry_pending() -> None:
     nightly = CronJobFactory(name="nightly")
     CronJob.objects.schedule_next(nightly, timezone.now(), max_attempts=3)
 
-    assert run("iq_cron", "run-now", "nightly") == "1 cron job will run now: nightly.\n"
+    assert run("iq_cron", "run-now", "nightly") == "Made pending now 1 cron job: nightly.\n"
     assert Entry.objects.pending().get().cron_job_id == nightly.pk
     assert run("iq_cron", "run-now", "nightly") == (
-        "0 cron jobs will run now. Skipped, already pending or running: nightly.\n"
+        "Made pending now 0 cron jobs. Skipped 1, disabled, or already pending or running: nightly.\n"
     )
 
 

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from django_iq import operations
 from django_iq.management.argtypes import positive_int
-from django_iq.models import Entry
-from django_iq.wording import plural
-
-logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -34,29 +30,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        ids: list[int] = list(dict.fromkeys(options["ids"]))
-        cancelled, running = Entry.objects.cancel_returning(ids)
-        done = {entry.pk for entry in cancelled}
-        missing = [pk for pk in ids if pk not in done and pk not in running]
-        for entry in cancelled:
-            logger.info(
-                "entry cancelled entry=%s job=%s queue=%s source=iq_cancel",
-                entry.pk,
-                entry.job_name,
-                entry.queue_id,
-            )
-        if not options["verbosity"]:
-            return
-        report = f"Cancelled {plural(len(cancelled), 'entry', 'entries')}"
-        report += f": {_ids(sorted(done))}." if cancelled else "."
-        if running:
-            report += f" Skipped {len(running)} being run by a worker: {_ids(running)}."
-        if missing:
-            report += (
-                f" Not found: {_ids(missing)} (finished, failed for good or already cancelled)."
-            )
-        self.stdout.write(report)
-
-
-def _ids(ids: list[int]) -> str:
-    return ", ".join(str(pk) for pk in ids)
+        outcome = operations.cancel(options["ids"], operations.Actor.of_command("iq_cancel"))
+        if options["verbosity"]:
+            self.stdout.write(outcome.message)

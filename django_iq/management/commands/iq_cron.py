@@ -5,19 +5,15 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 
+from django_iq import operations
 from django_iq.conf import iq_settings
 from django_iq.management.output import format_time, render_table
 from django_iq.models import CronJob, Entry
-from django_iq.registry import catalog
-from django_iq.wording import plural
-
-logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -108,19 +104,11 @@ class Command(BaseCommand):
         self.stdout.write(render_table(columns, table))
 
     def _set_enabled(self, cron_jobs: list[CronJob], enabled: bool, verbosity: int) -> None:
-        verb = "Enabled" if enabled else "Disabled"
-        targets = [c for c in cron_jobs if c.is_enabled != enabled]
-        changed = CronJob.objects.set_enabled([c.pk for c in targets], enabled)
-        for cron_job in targets:
-            logger.info("cron job %s name=%s source=iq_cron", verb.lower(), cron_job.name)
-        if not verbosity:
-            return
-        report = f"{verb} {plural(changed, 'cron job')}"
-        report += f": {', '.join(c.name for c in targets)}." if targets else "."
-        unchanged = [c.name for c in cron_jobs if c not in targets]
-        if unchanged:
-            report += f" Already {verb.lower()}: {', '.join(unchanged)}."
-        self.stdout.write(report)
+        outcome = operations.set_cron_enabled(
+            cron_jobs, enabled, operations.Actor.of_command("iq_cron")
+        )
+        if verbosity:
+            self.stdout.write(outcome.message)
 
     def _run_now(self, cron_jobs: list[CronJob], verbosity: int) -> None:
         disabled = [c.name for c in cron_jobs if not c.is_enabled]
@@ -129,17 +117,9 @@ class Command(BaseCommand):
                 f"Disabled cron {'job' if len(disabled) == 1 else 'jobs'} {', '.join(disabled)} "
                 f"cannot run; enable first: manage.py iq_cron enable {' '.join(disabled)}"
             )
-        started = [c for c in cron_jobs if CronJob.objects.run_now(c, catalog)]
-        for cron_job in started:
-            logger.info("cron job run now name=%s source=iq_cron", cron_job.name)
-        if not verbosity:
-            return
-        report = f"{plural(len(started), 'cron job')} will run now"
-        report += f": {', '.join(c.name for c in started)}." if started else "."
-        skipped = [c.name for c in cron_jobs if c not in started]
-        if skipped:
-            report += f" Skipped, already pending or running: {', '.join(skipped)}."
-        self.stdout.write(report)
+        outcome = operations.run_cron_now(cron_jobs, operations.Actor.of_command("iq_cron"))
+        if verbosity:
+            self.stdout.write(outcome.message)
 
 
 def _find(names: list[str]) -> list[CronJob]:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_iq import operations
 from django_iq.exceptions import JobNotRegistered
-from django_iq.models import DisabledJob, Entry
 from django_iq.registry import get_job
-from django_iq.wording import plural
-
-logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -37,15 +33,6 @@ class Command(BaseCommand):
                 get_job(name)
             except JobNotRegistered as exc:
                 raise CommandError(str(exc)) from None
-        already = set(
-            DisabledJob.objects.filter(job_name__in=names).values_list("job_name", flat=True)
-        )
-        for name in names:
-            count = Entry.objects.disable(name)
-            logger.info("job disabled job=%s entries=%s source=iq_disable", name, count)
-            if options["verbosity"]:
-                state = "was already disabled" if name in already else "disabled"
-                self.stdout.write(
-                    f"Job {name} {state}: {plural(count, 'waiting entry', 'waiting entries')} "
-                    "disabled."
-                )
+        outcome = operations.disable(names, operations.Actor.of_command("iq_disable"))
+        if options["verbosity"]:
+            self.stdout.write(outcome.message)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_iq import operations
 from django_iq.exceptions import JobNotRegistered
-from django_iq.models import DisabledJob, Entry
+from django_iq.models import DisabledJob
 from django_iq.registry import get_job
-from django_iq.wording import plural
-
-logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -40,11 +37,6 @@ class Command(BaseCommand):
                 get_job(name)
             except JobNotRegistered as exc:
                 raise CommandError(str(exc)) from None
-        for name in names:
-            count = Entry.objects.enable(name)
-            logger.info("job enabled job=%s entries=%s source=iq_enable", name, count)
-            if options["verbosity"]:
-                state = "enabled" if name in disabled else "was not disabled"
-                self.stdout.write(
-                    f"Job {name} {state}: {plural(count, 'entry', 'entries')} enabled."
-                )
+        outcome = operations.enable(names, operations.Actor.of_command("iq_enable"))
+        if options["verbosity"]:
+            self.stdout.write(outcome.message)

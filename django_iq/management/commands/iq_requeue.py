@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_iq import operations
 from django_iq.management.argtypes import positive_int
 from django_iq.management.output import unknown_queue_message
 from django_iq.models import EntryError
 from django_iq.wording import plural
-
-logger = logging.getLogger(__name__)
 
 FILTERS = {"job": "--job", "exception": "--exception", "queue": "--queue"}
 # The EntryError field each filter matches, as EntryError.objects.requeue_matching does.
@@ -105,39 +103,33 @@ class Command(BaseCommand):
             count = EntryError.objects.failed().filter(pk__in=ids).count()
             report = f"Would requeue {failed_entries(count)}."
         else:
-            created = EntryError.objects.requeue(EntryError.objects.filter(pk__in=ids))
-            count = len(created)
-            logger.info(
-                "failed entries requeued count=%s error_ids=%s source=iq_requeue", count, ids
-            )
-            report = f"Requeued {failed_entries(count)}."
-            if created:
-                report += f" New entries: {', '.join(str(entry.pk) for entry in created)}."
-        if len(ids) > count:
-            report += f" {len(ids) - count} skipped: not a final failure, or already requeued."
+            report = operations.requeue(ids, operations.Actor.of_command("iq_requeue")).message
         if options["verbosity"]:
             self.stdout.write(report)
 
     def _requeue_matching(self, filters: dict[str, str], options: dict[str, Any]) -> None:
-        described = " ".join(f"{FILTERS[key]} {value}" for key, value in filters.items())
         if options["dry_run"]:
             lookups = {FIELDS[key]: value for key, value in filters.items()}
             count = EntryError.objects.failed().filter(**lookups).count()
-            report = f"Would requeue {failed_entries(count)}."
-        else:
-            count = EntryError.objects.requeue_matching(
-                job_name=filters.get("job"),
+            detail = operations.matching_detail(
+                job=filters.get("job"),
                 exception_class=filters.get("exception"),
                 queue=filters.get("queue"),
             )
-            logger.info(
-                "failed entries requeued count=%s filters=%s source=iq_requeue",
-                count,
-                described or "all",
-            )
-            report = f"Requeued {failed_entries(count)}."
-        if described:
-            report = report[:-1] + f" matching {described}."
+            report = f"Would requeue {failed_entries(count)}{detail}."
+        else:
+            actor = operations.Actor.of_command("iq_requeue")
+            if filters:
+                outcome = operations.requeue_matching(
+                    actor,
+                    job=filters.get("job"),
+                    exception_class=filters.get("exception"),
+                    queue=filters.get("queue"),
+                )
+            else:
+                outcome = operations.requeue_all(actor)
+            count = outcome.done_count
+            report = outcome.message
         exception = filters.get("exception", "")
         if not count and exception and "." not in exception:
             report += (
