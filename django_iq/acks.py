@@ -1,26 +1,35 @@
-"""Batched acknowledgements: the successes of many jobs written in one transaction.
+"""Acknowledgements: the one way a success is written, many jobs to a transaction.
 
-A processing thread that finished a job hands its acknowledgement (the entry, and the group
-lock if it was the claim's last entry) to the ``AckWriter`` and takes its next claim at once.
-The writer's thread deletes every entry and lock handed over meanwhile in one transaction: one
-commit for many jobs instead of one each.
+A processing thread that finished a job hands its acknowledgement (the entry, its return value,
+and the group lock if it was the claim's last entry) to the ``AckWriter`` and takes its next
+entry or claim at once. The writer's thread writes every acknowledgement handed over meanwhile
+with ``Entry.objects.complete_many`` in one transaction (entries, Tasks results, cron runs,
+locks), one commit for many jobs, then sends ``entry_finished`` for each and settles each claim
+whose last entry it wrote through the writer's one callback.
 
 Nothing is weakened by the wait. Until the acknowledgement is written the entry keeps its
 group lock, so no worker can claim it, and the claim stays in the worker's held set, so the
 heartbeat keeps reporting it and recovery leaves it alone. If the process dies first, the entry
-is recovered and runs again, exactly as if it had died while the job ran.
+is recovered and runs again, exactly as if it had died while the job ran. A processing thread
+that is about to give a claim's lock up some other way (a failure of its last entry, a release
+at shutdown) first waits for that claim's acknowledgements (``wait_for``): the lock must not go
+before the successes it covers are written.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
 
+from django_iq import signals
 from django_iq.dbconn import refresh_connections, with_db_retry
+from django_iq.managers import Claim, Success
 from django_iq.models import Entry
 from django_iq.registry import catalog
 
@@ -42,15 +51,32 @@ class Ack:
     """A finished job whose success is still to be written."""
 
     entry: Entry
+    # Given for the claim's last entry: the group lock goes with it and the claim is settled.
     lock_id: int | None
-    # Called once with True when the success is written, or False when it was given up on.
-    on_written: Callable[[bool], None] | None = None
+    return_value: Any = None
+    finished_at: datetime | None = None
+    duration_seconds: float = 0.0
+    claim: Claim | None = None
+    # Set once the success is written or given up on.
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def success(self) -> Success:
+        return Success(self.entry, self.lock_id, self.return_value, self.finished_at)
 
 
 class AckWriter:
     """Collects acknowledgements and writes them in batches from a thread of its own."""
 
-    def __init__(self, batch_size: int = ACK_BATCH_SIZE) -> None:
+    def __init__(
+        self,
+        worker_name: str = "",
+        on_settled: Callable[[Claim], None] | None = None,
+        batch_size: int = ACK_BATCH_SIZE,
+    ) -> None:
+        """``on_settled(claim)`` is called once the claim's last success is written or given
+        up on (its lock is then gone, or left to recovery)."""
+        self.worker_name = worker_name
+        self.on_settled = on_settled
         self.batch_size = batch_size
         self._pending: list[Ack] = []
         self._condition = threading.Condition()
@@ -67,6 +93,13 @@ class AckWriter:
         with self._condition:
             self._pending.append(ack)
             self._condition.notify()
+
+    def wait_for(self, acks: Iterable[Ack]) -> None:
+        """Return once each of ``acks`` is written or given up on, or the writer has stopped."""
+        for ack in acks:
+            while not ack.done.wait(0.5):
+                if self._thread is not None and not self._thread.is_alive():
+                    return
 
     def pending(self) -> int:
         """Acknowledgements not yet written, the batch being written included."""
@@ -109,7 +142,7 @@ class AckWriter:
 
         def write() -> set[int]:
             refresh_connections()
-            return Entry.objects.complete_many([(ack.entry, ack.lock_id) for ack in batch])
+            return Entry.objects.complete_many([ack.success() for ack in batch], jobs=catalog)
 
         try:
             # Short waits: while successes wait, their entries stay locked and claiming stops,
@@ -147,7 +180,7 @@ class AckWriter:
         for ack in batch:
             try:
                 refresh_connections()
-                if not Entry.objects.complete(ack.entry, ack.lock_id, jobs=catalog):
+                if ack.lock_id in Entry.objects.complete_many([ack.success()], jobs=catalog):
                     log_lock_lost(ack.entry)
             except Exception:  # safe: the claim is released below, and recovery reruns the entry
                 logger.exception(
@@ -160,11 +193,20 @@ class AckWriter:
                 self.written += 1
                 self._release([ack], written=True)
 
-    @staticmethod
-    def _release(batch: list[Ack], *, written: bool) -> None:
+    def _release(self, batch: list[Ack], *, written: bool) -> None:
         for ack in batch:
-            if ack.on_written is not None:
-                try:
-                    ack.on_written(written)
-                except BaseException:  # a callback (a signal receiver) must not stop the writer
-                    logger.exception("acknowledgement callback failed entry=%s", ack.entry.pk)
+            try:
+                if written:
+                    signals.send(
+                        signals.entry_finished,
+                        Entry,
+                        entry=ack.entry,
+                        worker_name=self.worker_name,
+                        duration_seconds=ack.duration_seconds,
+                    )
+                if ack.lock_id is not None and ack.claim is not None and self.on_settled:
+                    self.on_settled(ack.claim)
+            except Exception:  # the writer must go on: its other claims would hang
+                logger.exception("settling a claim failed entry=%s", ack.entry.pk)
+            finally:
+                ack.done.set()

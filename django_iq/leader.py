@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import socket
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import FrameType
 from typing import Any
 
 from django.db import connections, router, transaction
@@ -23,6 +19,7 @@ from django_iq.dbconn import refresh_connections
 from django_iq.duties import Duty, default_duties
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import LeaderLease, Worker
+from django_iq.process import EXIT_OK, IQProcess, host_name
 from django_iq.queries import limit_idle_transactions, limit_lock_waits
 from django_iq.registry import autodiscover
 
@@ -37,13 +34,15 @@ class LeaderPass:
     ran: dict[str, Any] = field(default_factory=dict)
 
 
-class Leader:
+class Leader(IQProcess):
     """One ``runleader`` process: a candidate that, once elected, runs the duties.
 
     Every write a duty makes happens inside ``fence()``: a transaction that first renews the
     lease by compare-and-set on (holder, epoch). A leader whose lease expired or was taken
     over therefore cannot write anything, even if it does not know yet that it lost.
     """
+
+    role = Worker.Role.LEADER
 
     def __init__(
         self,
@@ -53,16 +52,13 @@ class Leader:
         lease_seconds: float | None = None,
         poll_seconds: float | None = None,
     ) -> None:
-        self.name = f"{name or socket.gethostname()}:{os.getpid()}:leader"
+        super().__init__(f"{name or host_name()}:{os.getpid()}:leader")
         self.duties = list(duties) if duties is not None else default_duties()
         self.lease_seconds = lease_seconds or iq_settings.LEADER_LEASE_SECONDS
         self.poll_seconds = poll_seconds or iq_settings.LEADER_POLL_SECONDS
         self.epoch: int | None = None
-        self.worker: Worker | None = None
-        self.stopping = threading.Event()
         self._last_run: dict[str, float] = {}
         self._last_heartbeat = 0.0
-        self._signals = 0
         self._configured_connection: Any = None
 
     @property
@@ -134,29 +130,13 @@ class Leader:
         ):
             return
         self._last_heartbeat = time.monotonic()
-        if not Worker.objects.heartbeat(
-            self.worker, busy_threads=0, cpu_percent=0.0, memory_percent=0.0, is_throttled=False
-        ):
-            # Declared dead (or pruned) while alive: start over under a fresh row.
-            self.worker = self._register()
-
-    def _register(self) -> Worker:
-        return Worker.objects.register(
-            name=self.name,
-            role=Worker.Role.LEADER,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            queues=[],
-            processing_threads=0,
-        )
+        self.heartbeat(busy_threads=0, cpu_percent=0.0, memory_percent=0.0, is_throttled=False)
 
     def run(self, install_signal_handlers: bool = True) -> int:
         """Campaign and lead until SIGTERM/SIGINT; release the lease on the way out."""
+        self.maybe_install_signal_handlers(install_signal_handlers)
         autodiscover()
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
-        self.worker = self._register()
+        self.register()
         logger.info(
             "leader candidate started name=%s lease_seconds=%s poll_seconds=%s",
             self.name,
@@ -171,27 +151,20 @@ class Leader:
                 connections.close_all()
             self.stopping.wait(self.poll_seconds)
         self._step_down()
-        return 0
+        return EXIT_OK
 
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signals += 1
-        if self._signals > 1:
-            os._exit(1)
-        logger.info("leader stopping name=%s signal=%s", self.name, signum)
+    def on_stop_request(self, signum: int) -> None:
         self.stop()
+        logger.info("leader stopping name=%s signal=%s", self.name, signum)
 
     def _step_down(self) -> None:
         try:
             if self.epoch is not None and LeaderLease.objects.release(self.name, self.epoch):
                 logger.info("leadership released name=%s epoch=%s", self.name, self.epoch)
             self.epoch = None
-            if self.worker is not None:
-                Worker.objects.stop(self.worker)
         except Exception:  # best effort: the lease expires by itself within LEADER_LEASE_SECONDS
             logger.exception("could not release leadership name=%s", self.name)
         finally:
             connections.close_all()
+        self.mark_stopped()
         logger.info("leader stopped name=%s", self.name)

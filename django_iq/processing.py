@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.acks import Ack, AckWriter, log_lock_lost
+from django_iq.acks import Ack, AckWriter
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.limits import cut_message, format_failure
@@ -49,28 +49,24 @@ class ClaimResult:
     done: int = 0
     failed: int = 0
     released: int = 0
+    # Seconds and success of each entry run, in order.
+    runs: list[tuple[float, bool]] = field(default_factory=list)
+    # Whether the claim is settled (its lock gone or released) when ``run_claim`` returns;
+    # otherwise the ack writer settles it once it writes the claim's last success.
+    settled: bool = True
 
 
 class Processor:
     """Runs claims handed over by a scheduling thread, one entry at a time.
 
-    With an ``AckWriter``, successes are written in batches by the writer's thread; without
-    one, each is written before the next entry starts. ``on_released(claim)`` is called once
-    the claim is fully written (its lock deleted or released), whichever way that happens.
+    Every success goes to the ``AckWriter``, which writes it in a batch; a failure is written
+    at once through ``Entry.objects.fail``, after the claim's earlier successes when it gives
+    the lock up.
     """
 
-    def __init__(
-        self,
-        worker_name: str,
-        on_finished: Callable[[str, float, bool], None] | None = None,
-        *,
-        acks: AckWriter | None = None,
-        on_released: Callable[[Claim], None] | None = None,
-    ) -> None:
+    def __init__(self, worker_name: str, acks: AckWriter) -> None:
         self.worker_name = worker_name
-        self.on_finished = on_finished
         self.acks = acks
-        self.on_released = on_released
 
     def run_claim(self, claim: Claim, should_stop: Callable[[], bool]) -> ClaimResult:
         """Run the claim's entries in order; the last outcome written also deletes the lock.
@@ -79,48 +75,46 @@ class Processor:
         is released, so another worker takes them.
         """
         result = ClaimResult()
-        deferred = False
+        written: list[Ack] = []  # this claim's successes handed to the writer
         for index, entry in enumerate(claim.entries):
-            remaining = claim.entries[index + 1 :]
             if index and should_stop():
+                # The lock covers the successes still being written: they go first.
+                self.acks.wait_for(written)
                 with_db_retry(lambda: GroupLock.objects.release([claim.lock_id]), "release")
                 result.released = len(claim.entries) - index
                 break
-            lock_id = None if remaining else claim.lock_id
+            last = index == len(claim.entries) - 1
             if index:
                 # Recovery counts an attempt on the lock's entry: point it at the one running.
                 with_db_retry(partial(GroupLock.objects.track, claim.lock_id, entry.pk), "track")
             started = time.monotonic()
-            ok, deferred = self._run_entry(entry, lock_id, claim)
-            if ok:
-                result.done += 1
-            else:
+            ack = self._run_entry(entry, claim, last, written)
+            result.runs.append((time.monotonic() - started, ack is not None))
+            if ack is None:
                 result.failed += 1
-            if self.on_finished is not None:
-                self.on_finished(claim.queue, time.monotonic() - started, ok)
-        if not deferred and self.on_released is not None:
-            self.on_released(claim)
+                continue
+            result.done += 1
+            written.append(ack)
+            if last:
+                result.settled = False
         return result
 
-    def _run_entry(
-        self, entry: Entry, lock_id: int | None, claim: Claim | None
-    ) -> tuple[bool, bool]:
-        """Run one entry; return (succeeded, lock release left to the ack writer)."""
+    def _run_entry(self, entry: Entry, claim: Claim, last: bool, written: list[Ack]) -> Ack | None:
+        """Run one entry; return its acknowledgement, handed to the writer, or None if it
+        failed (the failure is written)."""
         started = time.monotonic()
-        job: Job[Any, Any] | None = None
+        lock_id = claim.lock_id if last else None
         try:
             job = get_job(entry.job_name)
         except JobNotRegistered as exc:
-            self._log_failure(entry, exc)
-            self._record_failure(entry, lock_id, None, exc)
-            return False, False
+            self._failed(entry, lock_id, written, None, exc)
+            return None
         malformed = stored_call_problem(entry)
         if malformed is not None:
             # A row written by hand: running it again cannot help, so the failure is final.
             refused = InvalidJobArguments(malformed)
-            self._log_failure(entry, refused)
-            self._record_failure(entry, lock_id, job, refused, final=True)
-            return False, False
+            self._failed(entry, lock_id, written, job, refused, final=True)
+            return None
         signals.send(signals.entry_started, Entry, entry=entry, worker_name=self.worker_name)
         logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
         # Last thing before the body: a connection the server ended while it sat idle is
@@ -132,58 +126,34 @@ class Processor:
             # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
             # only come from the job itself (signals go to the main thread), so it is the job's
             # failure, and the thread must survive it.
-            self._log_failure(entry, exc)
-            self._record_failure(entry, lock_id, job, exc)
-            return False, False
-        if self.acks is not None and self._may_defer(entry, claim):
-            self.acks.put(Ack(entry, lock_id, self._written_callback(entry, claim, started)))
-            return True, True
-        refresh_connections()
-        lock_held = with_db_retry(
-            lambda: Entry.objects.complete(entry, lock_id, return_value=return_value, jobs=catalog),
-            "complete",
-        )
-        if not lock_held:
-            log_lock_lost(entry)
-        signals.send(
-            signals.entry_finished,
-            Entry,
-            entry=entry,
-            worker_name=self.worker_name,
+            self._failed(entry, lock_id, written, job, exc)
+            return None
+        ack = Ack(
+            entry,
+            lock_id,
+            return_value=return_value,
+            finished_at=timezone.now(),
             duration_seconds=time.monotonic() - started,
+            claim=claim,
         )
-        return True, False
+        self.acks.put(ack)
+        return ack
 
-    def _may_defer(self, entry: Entry, claim: Claim | None) -> bool:
-        """Whether this success may be left to the ack writer: a claim of one entry (a later
-        entry of a group claim must not release the lock before an earlier one's delete is
-        written), with no Tasks result or cron run to record alongside."""
-        return (
-            self.acks is not None
-            and claim is not None
-            and len(claim.entries) == 1
-            and entry.result_id is None
-            and entry.cron_job_id is None
-        )
-
-    def _written_callback(
-        self, entry: Entry, claim: Claim | None, started: float
-    ) -> Callable[[bool], None]:
-        duration = time.monotonic() - started
-
-        def written(ok: bool) -> None:
-            if ok:
-                signals.send(
-                    signals.entry_finished,
-                    Entry,
-                    entry=entry,
-                    worker_name=self.worker_name,
-                    duration_seconds=duration,
-                )
-            if claim is not None and self.on_released is not None:
-                self.on_released(claim)
-
-        return written
+    def _failed(
+        self,
+        entry: Entry,
+        lock_id: int | None,
+        written: list[Ack],
+        job: Job[Any, Any] | None,
+        exc: BaseException,
+        *,
+        final: bool = False,
+    ) -> None:
+        self._log_failure(entry, exc)
+        if lock_id is not None:
+            # This failure gives the lock up: the claim's successes it covers are written first.
+            self.acks.wait_for(written)
+        self._record_failure(entry, lock_id, job, exc, final=final)
 
     def _log_failure(self, entry: Entry, exc: BaseException) -> None:
         """A failure that will be retried is a WARNING without traceback (the error record has

@@ -3,100 +3,108 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
-import socket
-import threading
 import time
-from types import FrameType
+from multiprocessing.process import BaseProcess
+from typing import Any
 
 from django.db import connections
 
 from django_iq.models import Worker
-from django_iq.worker import EXIT_ABANDONED, EXIT_OK, SAME_STOP_REQUEST_SECONDS, WorkerProcess
+from django_iq.process import EXIT_ABANDONED, EXIT_OK, STOP_SIGNALS, IQProcess, host_name
+from django_iq.worker import WorkerProcess
 
 logger = logging.getLogger(__name__)
 
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
-
-def run_supervisor(*, processes: int, burst: bool, **worker_options: object) -> int:
-    """Run ``processes`` worker processes, restarting any that crash; return the exit code.
+class Supervisor(IQProcess):
+    """Runs ``processes`` worker processes, restarting any that crash.
 
     Children are forked after database connections are closed. SIGTERM/SIGINT are passed on to
-    the children; a second signal is passed on too, which stops them at once.
+    the children; a second signal is passed on too, which stops them at once. The supervisor
+    keeps no ``Worker`` row of its own: each child registers itself.
     """
-    import multiprocessing
 
-    context = multiprocessing.get_context("fork")
-    stopping = threading.Event()
-    signals_seen = 0
+    def __init__(self, *, processes: int, burst: bool, **worker_options: Any) -> None:
+        super().__init__(f"{host_name()}:{os.getpid()}:supervisor")
+        self.processes = processes
+        self.burst = burst
+        self.worker_options = worker_options
+        self.children: dict[int, BaseProcess] = {}
+        self._context = multiprocessing.get_context("fork")
 
-    children: dict[int, multiprocessing.process.BaseProcess] = {}
-    first_signal_at = 0.0
+    def on_stop_request(self, signum: int) -> None:
+        self.stop()
+        self._pass_on()
 
-    def start(index: int) -> None:
+    def on_second_stop_request(self, signum: int) -> None:
+        self._pass_on()
+
+    def _pass_on(self) -> None:
+        for child in list(self.children.values()):
+            if child.is_alive() and child.pid:
+                os.kill(child.pid, signal.SIGTERM)
+
+    def _start(self, index: int) -> None:
         # Stop signals stay blocked across the fork: the child inherits the mask and unblocks it
         # only once its own handlers are in place (_child_main), and the parent handles a signal
         # that arrived meanwhile only after the new child is in ``children``, so it is passed on.
         connections.close_all()
-        process = context.Process(
-            target=_child_main, args=(burst, worker_options), name=f"iq-worker-{index}"
+        process = self._context.Process(
+            target=_child_main, args=(self.burst, self.worker_options), name=f"iq-worker-{index}"
         )
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             process.start()
-            children[index] = process
+            self.children[index] = process
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal signals_seen, first_signal_at
-        now = time.monotonic()
-        if signals_seen and now - first_signal_at < SAME_STOP_REQUEST_SECONDS:
-            return  # one stop request delivered twice (process group and parent)
-        signals_seen += 1
-        first_signal_at = first_signal_at or now
-        stopping.set()
-        for child in list(children.values()):
-            if child.is_alive() and child.pid:
-                os.kill(child.pid, signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    for index in range(processes):
-        if not stopping.is_set():
-            start(index)
-    exit_code = EXIT_OK
-    restarts = 0
-    while children:
-        for index, child in list(children.items()):
-            child.join(0.2)
-            if child.exitcode is None:
-                continue
-            del children[index]
-            if stopping.is_set() or (burst and child.exitcode == EXIT_OK):
-                exit_code = max(exit_code, 0 if child.exitcode == EXIT_OK else EXIT_ABANDONED)
-                continue
-            restarts += 1
-            _mark_dead(child.pid)
-            logger.error(
-                "worker process crashed index=%s exitcode=%s; restarting"
-                if child.exitcode
-                else "worker process exited index=%s exitcode=%s; restarting",
-                index,
-                child.exitcode,
-            )
-            time.sleep(min(10.0, 0.5 * restarts))
-            if not stopping.is_set():
-                start(index)
-    return exit_code
+    def run(self, install_signal_handlers: bool = True) -> int:
+        """Start the children and watch them until they have all stopped; return the exit code."""
+        self.maybe_install_signal_handlers(install_signal_handlers)
+        for index in range(self.processes):
+            if not self.stopping.is_set():
+                self._start(index)
+        exit_code = EXIT_OK
+        restarts = 0
+        while self.children:
+            for index, child in list(self.children.items()):
+                child.join(0.2)
+                if child.exitcode is None:
+                    continue
+                del self.children[index]
+                if self.stopping.is_set() or (self.burst and child.exitcode == EXIT_OK):
+                    exit_code = max(
+                        exit_code, EXIT_OK if child.exitcode == EXIT_OK else EXIT_ABANDONED
+                    )
+                    continue
+                restarts += 1
+                _mark_dead(child.pid)
+                logger.error(
+                    "worker process crashed index=%s exitcode=%s; restarting"
+                    if child.exitcode
+                    else "worker process exited index=%s exitcode=%s; restarting",
+                    index,
+                    child.exitcode,
+                )
+                time.sleep(min(10.0, 0.5 * restarts))
+                if not self.stopping.is_set():
+                    self._start(index)
+        return exit_code
 
 
-def _child_main(burst: bool, worker_options: dict[str, object]) -> None:
+def run_supervisor(*, processes: int, burst: bool, **worker_options: Any) -> int:
+    """Run ``processes`` supervised worker processes; return the exit code."""
+    return Supervisor(processes=processes, burst=burst, **worker_options).run()
+
+
+def _child_main(burst: bool, worker_options: dict[str, Any]) -> None:
     # Forked with SIGTERM/SIGINT blocked and the parent's handlers still installed: put the
     # worker's own handlers in place first, then let a pending stop request through.
-    process = WorkerProcess(burst=burst, **worker_options)  # type: ignore[arg-type]
+    process = WorkerProcess(burst=burst, **worker_options)
     process.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     raise SystemExit(process.run(install_signal_handlers=False))
@@ -107,7 +115,7 @@ def _mark_dead(pid: int | None) -> None:
     if pid is None:
         return
     try:
-        Worker.objects.mark_process_dead(socket.gethostname(), pid)
+        Worker.objects.mark_process_dead(host_name(), pid)
     except Exception:  # recovery still finds the child silent after WORKER_SILENT_AFTER_SECONDS
         logger.exception("could not mark crashed worker dead pid=%s", pid)
     finally:

@@ -5,14 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import queue as queue_module
-import signal
-import socket
 import threading
 import time
 from collections.abc import Sequence
-from types import FrameType
+from typing import Any
 
-from django.db import InterfaceError, OperationalError, connections, router, transaction
+from django.db import connections, router, transaction
 
 from django_iq.acks import AckWriter
 from django_iq.conf import iq_settings
@@ -21,23 +19,15 @@ from django_iq.governor import ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
 from django_iq.models import GroupLock, Worker
+from django_iq.process import EXIT_ABANDONED, EXIT_OK, IQProcess, host_name
 from django_iq.processing import Processor
 from django_iq.registry import autodiscover
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_ABANDONED = 1
-# Signals arriving this soon after the first are one stop request, not a second one.
-SAME_STOP_REQUEST_SECONDS = 1.0
 
-
-def default_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class WorkerProcess:
+class WorkerProcess(IQProcess):
     """One worker process.
 
     Scheduling threads claim entries into a hand-over queue that holds at most as many claims
@@ -45,6 +35,8 @@ class WorkerProcess:
     SIGINT) stops claiming, releases claims not started, and waits up to
     ``SHUTDOWN_GRACE_SECONDS`` for running jobs; a second signal exits at once.
     """
+
+    role = Worker.Role.WORKER
 
     def __init__(
         self,
@@ -57,11 +49,11 @@ class WorkerProcess:
         governor: ResourceGovernor | None = None,
         shutdown_grace_seconds: float | None = None,
     ) -> None:
+        super().__init__(f"{name or host_name()}:{os.getpid()}")
         self.queues = list(queues) if queues else None
         self.processing_threads = processing_threads or iq_settings.PROCESSING_THREADS
         self.scheduling_threads = scheduling_threads or iq_settings.SCHEDULING_THREADS
         self.burst = burst
-        self.name = f"{name}:{os.getpid()}" if name else default_name()
         self.governor = governor or ResourceGovernor()
         self.grace_seconds = (
             iq_settings.SHUTDOWN_GRACE_SECONDS
@@ -71,25 +63,21 @@ class WorkerProcess:
         self.picker = QueuePicker()
         self.tally = Tally()
         self.handover: queue_module.Queue[Claim | None] = queue_module.Queue()
-        self.stopping = threading.Event()
         # Heartbeats go on through a graceful stop, until the worker marks itself stopped:
         # jobs finishing within the grace period must not look like a dead worker's.
         self._heartbeats_end = threading.Event()
         self.wake = threading.Event()
         self._busy = 0
         self._busy_lock = threading.Lock()
-        self._signals = 0
-        self._first_signal_at = 0.0
         self.processed = 0
         self.failed = 0
-        self.worker: Worker | None = None
         self._threads: list[threading.Thread] = []
         # Locks of claims handed over and not yet finished, reported with each heartbeat.
         self._held: set[int] = set()
         self._held_lock = threading.Lock()
         self._gate = ClaimGate()
         # Successes written in batches (one transaction for many jobs) by a thread of its own.
-        self.acks = AckWriter()
+        self.acks = AckWriter(self.name, on_settled=self._released)
         self.ack_backlog_limit = max(64, 8 * self.processing_threads)
         self._schedulers: list[Scheduler] = []
 
@@ -105,17 +93,11 @@ class WorkerProcess:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def install_signal_handlers(self) -> None:
-        """Make SIGTERM/SIGINT stop this worker (main thread only)."""
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-
     def run(self, install_signal_handlers: bool = True) -> int:
         """Run until stopped (or, with ``burst``, until nothing is claimable); return the exit code."""
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            self.install_signal_handlers()
+        self.maybe_install_signal_handlers(install_signal_handlers)
         autodiscover()
-        self.worker = with_db_retry(self._register, "register")
+        self.register()
         # The main thread only waits from here on: an idle connection kept open would be found
         # dead at shutdown after any database restart.
         connections.close_all()
@@ -137,17 +119,10 @@ class WorkerProcess:
             pass
         return self._shutdown()
 
-    def _register(self) -> Worker:
-        return Worker.objects.register(
-            name=self.name,
-            role=Worker.Role.WORKER,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            queues=self.queues or [],
-            processing_threads=self.processing_threads,
-        )
+    def registration(self) -> dict[str, Any]:
+        return {"queues": self.queues or [], "processing_threads": self.processing_threads}
 
-    def _rejoin(self) -> None:
+    def rejoin(self) -> None:
         """Start over under a fresh ``Worker`` row after being declared dead.
 
         Heartbeats that could not reach the database for ``WORKER_SILENT_AFTER_SECONDS`` (a
@@ -176,29 +151,22 @@ class WorkerProcess:
 
     def stop(self) -> None:
         """Begin a graceful stop (what SIGTERM does)."""
-        self.stopping.set()
+        super().stop()
         self.wake.set()
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        now = time.monotonic()
-        if self._signals and now - self._first_signal_at < SAME_STOP_REQUEST_SECONDS:
-            # The same stop request reaching us twice (from a --processes parent and from the
-            # process group, or systemd's cgroup), not an operator insisting.
-            return
-        self._signals += 1
-        self._first_signal_at = self._first_signal_at or now
-        if self._signals == 1:
-            self.stop()
-            logger.info(
-                "stopping name=%s signal=%s grace_seconds=%s", self.name, signum, self.grace_seconds
-            )
-        else:
-            logger.warning("stopping at once name=%s signal=%s", self.name, signum)
-            self.acks.close(timeout=2.0)  # successes already in hand: write them if it is quick
-            self._heartbeats_end.set()
-            self._release_unstarted()
-            self._mark_stopped()
-            os._exit(EXIT_ABANDONED)
+    def on_stop_request(self, signum: int) -> None:
+        self.stop()
+        logger.info(
+            "stopping name=%s signal=%s grace_seconds=%s", self.name, signum, self.grace_seconds
+        )
+
+    def on_second_stop_request(self, signum: int) -> None:
+        logger.warning("stopping at once name=%s signal=%s", self.name, signum)
+        self.acks.close(timeout=2.0)  # successes already in hand: write them if it is quick
+        self._heartbeats_end.set()
+        self._release_unstarted()
+        self.mark_stopped(before=self.tally.flush)
+        os._exit(EXIT_ABANDONED)
 
     def _start(self, target: object, name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
@@ -224,7 +192,7 @@ class WorkerProcess:
         for thread in self._threads:
             if thread.name == "iq-heartbeat":
                 thread.join(10.0)
-        self._mark_stopped()
+        self.mark_stopped(before=self.tally.flush)
         logger.info(
             "worker stopped name=%s processed=%s failed=%s released=%s abandoned=%s",
             self.name,
@@ -250,25 +218,6 @@ class WorkerProcess:
             with_db_retry(lambda: GroupLock.objects.release(lock_ids), "release")
             logger.info("released unstarted claims count=%s", len(lock_ids))
         return len(lock_ids)
-
-    def _mark_stopped(self) -> None:
-        if self.worker is None:
-            return
-        worker = self.worker
-        for last_try in (False, True):
-            try:
-                refresh_connections()
-                self.tally.flush()
-                Worker.objects.stop(worker)
-                break
-            except (OperationalError, InterfaceError):  # a connection the database dropped
-                connections.close_all()
-                if last_try:
-                    logger.exception("could not mark worker stopped name=%s", self.name)
-            except Exception:  # best effort: the heartbeat going silent says the same
-                logger.exception("could not mark worker stopped name=%s", self.name)
-                break
-        connections.close_all()
 
     # -- threads ----------------------------------------------------------------------------
 
@@ -331,14 +280,8 @@ class WorkerProcess:
         with self._held_lock:
             return not self._held
 
-    def _on_finished(self, queue: str, seconds: float, ok: bool) -> None:
-        self.picker.record(queue, seconds)
-        self.tally.add(queue, seconds, ok)
-
     def _processing_loop(self) -> None:
-        processor = Processor(
-            self.name, on_finished=self._on_finished, acks=self.acks, on_released=self._released
-        )
+        processor = Processor(self.name, self.acks)
         try:
             while True:
                 claim = self.handover.get()
@@ -347,12 +290,17 @@ class WorkerProcess:
                 with self._busy_lock:
                     self._busy += 1
                 try:
-                    # The processor calls _released(claim) once the claim is written: at once,
-                    # or from the ack writer for a success written in a batch.
                     result = processor.run_claim(claim, self.stopping.is_set)
+                    for seconds, ok in result.runs:
+                        self.picker.record(claim.queue, seconds)
+                        self.tally.add(claim.queue, seconds, ok)
                     with self._busy_lock:
                         self.processed += result.done
                         self.failed += result.failed
+                    # A claim whose last entry succeeded is settled by the ack writer
+                    # (on_settled) once that success is written.
+                    if result.settled:
+                        self._released(claim)
                 except Exception:  # a loop supervisor: the claim's lock is left for recovery
                     logger.exception("processing failed name=%s lock=%s", self.name, claim.lock_key)
                     self._forget(claim)
@@ -370,19 +318,15 @@ class WorkerProcess:
             while not self._heartbeats_end.wait(iq_settings.HEARTBEAT_INTERVAL_SECONDS):
                 decision = self.governor.last
                 try:
-                    refresh_connections()
                     # The held set is read once the heartbeat holds the worker's row, so no
                     # claim of ours commits between that reading and the report.
-                    alive = Worker.objects.heartbeat(
-                        self.worker,
+                    self.heartbeat(
                         busy_threads=self._busy,
                         cpu_percent=decision.cpu_percent,
                         memory_percent=decision.memory_percent,
                         is_throttled=decision.is_throttled,
                         held_lock_ids=self.held_locks,
                     )
-                    if not alive and not self.stopping.is_set():
-                        self._rejoin()
                     self.tally.flush()
                 except Exception:  # heartbeats resume when the database is back
                     logger.exception("heartbeat failed name=%s", self.name)

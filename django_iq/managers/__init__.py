@@ -8,6 +8,7 @@ from django_iq.managers.errors import EntryErrorManager, EntryErrorQuerySet
 from django_iq.managers.leadership import LEASE_NAME, LeaderLeaseManager
 from django_iq.managers.locks import GroupLockManager
 from django_iq.managers.metrics import QueueMinuteManager, QueueTally, QueueTotalManager
+from django_iq.managers.outcomes import Failure, Success
 from django_iq.managers.queues import QueueManager, QueueStats
 from django_iq.managers.results import ResultManager
 from django_iq.managers.workers import WorkerManager
@@ -21,6 +22,7 @@ __all__ = [
     "EntryErrorQuerySet",
     "EntryManager",
     "EntryQuerySet",
+    "Failure",
     "GroupLockManager",
     "LeaderLeaseManager",
     "OperatorActionManager",
@@ -30,5 +32,6 @@ __all__ = [
     "QueueTally",
     "QueueTotalManager",
     "ResultManager",
+    "Success",
     "WorkerManager",
 ]

@@ -40,6 +40,20 @@ class Failure:
     priority_decay: int = 0
 
 
+@dataclass(frozen=True)
+class Success:
+    """A finished run whose success is to be written.
+
+    ``lock_id`` is given for the claim's last entry: its group lock goes with it. ``at`` is when
+    the run finished (the database's time of the write if None).
+    """
+
+    entry: Entry
+    lock_id: int | None
+    return_value: Any = None
+    at: datetime | None = None
+
+
 class EntryOutcomeManager(models.Manager["Entry"]):
     """Writes what became of a run; ``EntryManager`` builds on it."""
 
@@ -54,47 +68,39 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         return_value: Any = None,
         jobs: JobCatalog | None = None,
     ) -> bool:
-        """Delete a finished entry and, if ``lock_id`` is given, its lock, in one transaction.
+        """``complete_many`` of one success; return False if the lock was gone (recovery
+        released it while the job ran), True otherwise."""
+        lost = self.complete_many([Success(entry, lock_id, return_value, now)], jobs=jobs)
+        return lock_id is None or lock_id not in lost
 
-        The entry row goes first: a claimer holding that row waits for us, then finds our lock
-        and skips it (the reverse order could deadlock). Return False if the lock was gone
-        (recovery released it), True otherwise.
+    def complete_many(self, done: Sequence[Success], jobs: JobCatalog | None = None) -> set[int]:
+        """The one way successes are written: delete the finished entries, record their Tasks
+        results and their cron runs (each cron job gets its next entry), point the locks of
+        group claims that go on away from the finished entries, and delete the locks of the
+        claims that ended, in one transaction. Return the lock ids that were already gone
+        (recovery released them while their jobs ran).
+
+        Rows are locked in one order, entries then group locks, each by id: a claimer holding
+        an entry row waits for us, then finds our lock and skips it.
         """
         db = router.db_for_write(self.model)
-
-        def write() -> bool:
-            self._on(db).filter(pk=entry.pk).delete()
-            if entry.result_id is not None:
-                iq.Result.objects.db_manager(db).record_success(
-                    entry.result_id, return_value, now or timezone.now()
-                )
-            if entry.cron_job_id is not None:
-                self._after_cron_run(entry, now or timezone.now(), jobs)
-            if lock_id is None:
-                self._moved_on(db, entry)
-                return True
-            return iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()[0] > 0
-
-        return atomic_retrying(db, write, "complete")
-
-    def complete_many(self, done: Sequence[tuple[Entry, int | None]]) -> set[int]:
-        """Delete many finished entries and the given locks in one transaction; return the lock
-        ids that were already gone (recovery released them while their jobs ran).
-
-        Entry rows go first, as in ``complete``. For entries without a Tasks result or a cron
-        job (those have bookkeeping of their own: use ``complete``).
-        """
-        db = router.db_for_write(self.model)
-        if any(e.result_id is not None or e.cron_job_id is not None for e, _ in done):
-            raise ValueError("complete_many() takes entries without a Tasks result or cron job")
-        entry_ids = [entry.pk for entry, _ in done]
-        lock_ids = [lock_id for _, lock_id in done if lock_id is not None]
+        entry_ids = [success.entry.pk for success in done]
+        lock_ids = [success.lock_id for success in done if success.lock_id is not None]
 
         def write() -> set[int]:
-            # Entries, then group locks, each locked in id order (see ``lock_in_order``).
+            now = timezone.now()
             found_entries = lock_in_order(self._on(db), entry_ids)
             if found_entries:
                 self._on(db).filter(pk__in=found_entries).delete()
+            results = [success for success in done if success.entry.result_id is not None]
+            for success in sorted(results, key=lambda s: str(s.entry.result_id)):
+                iq.Result.objects.db_manager(db).record_success(
+                    str(success.entry.result_id), success.return_value, success.at or now
+                )
+            crons = [success for success in done if success.entry.cron_job_id is not None]
+            for success in sorted(crons, key=lambda s: int(s.entry.cron_job_id or 0)):
+                self._after_cron_run(success.entry, success.at or now, jobs)
+            self._moved_on(db, [s.entry for s in done if s.lock_id is None])
             if not lock_ids:
                 return set()
             found = lock_in_order(iq.GroupLock.objects.using(db), lock_ids)
@@ -104,14 +110,17 @@ class EntryOutcomeManager(models.Manager["Entry"]):
 
         return atomic_retrying(db, write, "complete_many")
 
-    def _moved_on(self, db: str, entry: Entry) -> None:
-        """The outcome of an entry that is not its claim's last is written: its lock no longer
-        points at an entry in flight, so a death before the next entry starts (``track``)
-        charges no attempt to either (recovery releases the lock)."""
-        if entry.group_key:
-            iq.GroupLock.objects.using(db).filter(key=entry.lock_key, entry_id=entry.pk).update(
-                entry_id=None
-            )
+    def _moved_on(self, db: str, entries: Sequence[Entry]) -> None:
+        """The outcomes of entries that are not their claim's last are written: their locks no
+        longer point at an entry in flight, so a death before the next entry starts (``track``)
+        charges no attempt to either (recovery releases the lock). A lock already pointing at
+        the claim's next entry is left alone."""
+        grouped = [entry for entry in entries if entry.group_key]
+        if grouped:
+            iq.GroupLock.objects.using(db).filter(
+                key__in={entry.lock_key for entry in grouped},
+                entry_id__in=[entry.pk for entry in grouped],
+            ).update(entry_id=None)
 
     def _after_cron_run(self, entry: Entry, now: datetime, jobs: JobCatalog | None) -> None:
         """Record a cron entry's run and create the next one, in the caller's transaction."""
@@ -157,7 +166,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             if lock_id is not None:
                 iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()
             else:
-                self._moved_on(db, entry)
+                self._moved_on(db, [entry])
             return error
 
         return atomic_retrying(db, write, "fail")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from django_iq.models import Entry, GroupLock, Worker
-from django_iq.worker import SAME_STOP_REQUEST_SECONDS
+from django_iq.process import SAME_STOP_REQUEST_SECONDS
 from tests.conftest import wait_until
 from tests.processes import finish, manage, start_command
 from tests.testapp.jobs import record, wait_for_file

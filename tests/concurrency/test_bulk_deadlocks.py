@@ -13,6 +13,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_iq import enqueue_many
+from django_iq.managers import Success
 from django_iq.models import Entry, EntryError, GroupLock, Worker
 from tests.conftest import wait_until
 from tests.factories import WorkerFactory
@@ -29,14 +30,16 @@ ENTRIES = 500
 ROUNDS = 6
 
 
-def claimed(worker: Worker, job_calls: list[tuple[tuple[object, ...], dict[str, object]]]) -> list:
+def claimed(
+    worker: Worker, job_calls: list[tuple[tuple[object, ...], dict[str, object]]]
+) -> list[Success]:
     entries = enqueue_many(record, job_calls)
     # Rows updated since they were written (a retry, a priority change) no longer lie in id
     # order: a scan in storage order then meets them in another order than a lookup by ids.
     moved = [entry.pk for entry in entries[::3]]
     Entry.objects.filter(pk__in=moved).update(priority=1)
     claims = Entry.objects.claim(worker, len(job_calls), "default")
-    return [(entry, claim.lock_id) for claim in claims for entry in claim.entries]
+    return [Success(entry, claim.lock_id) for claim in claims for entry in claim.entries]
 
 
 def race(*actions: Callable[[], object]) -> list[BaseException]:
@@ -67,7 +70,7 @@ def test_complete_many_never_deadlocks_with_a_bulk_operation(operation: str) -> 
     for round_number in range(ROUNDS):
         calls = [((f"r{round_number}-{i}",), {}) for i in range(ENTRIES)]
         done = claimed(worker, calls)
-        ids = [entry.pk for entry, _ in done]
+        ids = [success.entry.pk for success in done]
         # Descending, as an admin page sorted newest first would send them.
         operations: dict[str, Callable[[], object]] = {
             "cancel": partial(Entry.objects.cancel, list(reversed(ids))),

@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "duties",
             "leader",
             "metrics",
+            "process",
             "processing",
             "scheduling",
             "supervisor",

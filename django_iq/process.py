@@ -1,0 +1,154 @@
+"""What every long-running django_iq process shares: stop signals, its ``Worker`` row (register,
+heartbeat, register again after being declared dead, mark stopped) and its connections.
+
+``WorkerProcess``, ``Leader`` and ``Supervisor`` build on ``IQProcess``; each adds only its own
+loop. A new kind of process starts here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, ClassVar
+
+from django.db import InterfaceError, OperationalError, connections
+
+from django_iq.dbconn import refresh_connections, with_db_retry
+from django_iq.models import Worker
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_ABANDONED = 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Signals arriving this soon after the first are one stop request, not a second one: the same
+# request reaching a process from its --processes parent and from its process group (or
+# systemd's cgroup), not an operator insisting.
+SAME_STOP_REQUEST_SECONDS = 1.0
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
+
+class IQProcess:
+    """A long-running process: stops gracefully on the first SIGTERM/SIGINT and at once on the
+    next, and (when ``role`` is set) keeps a ``Worker`` row alive with heartbeats.
+
+    Subclasses set ``role`` (``None``: no row, as for the supervisor), give what their row
+    reports in ``registration()``, and override ``on_stop_request`` / ``on_second_stop_request``
+    to stop their own loops.
+    """
+
+    role: ClassVar[str | None] = None
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stopping = threading.Event()
+        self.worker: Worker | None = None
+        self._signals = 0
+        self._first_signal_at = 0.0
+
+    # -- stop signals ------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """Make SIGTERM/SIGINT stop this process (main thread only)."""
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._on_signal)
+
+    def maybe_install_signal_handlers(self, install: bool) -> None:
+        if install and threading.current_thread() is threading.main_thread():
+            self.install_signal_handlers()
+
+    def stop(self) -> None:
+        """Begin a graceful stop (what the first SIGTERM does)."""
+        self.stopping.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self._signals and now - self._first_signal_at < SAME_STOP_REQUEST_SECONDS:
+            return  # one stop request delivered twice
+        self._signals += 1
+        self._first_signal_at = self._first_signal_at or now
+        if self._signals == 1:
+            self.on_stop_request(signum)
+        else:
+            self.on_second_stop_request(signum)
+
+    def on_stop_request(self, signum: int) -> None:
+        """The first stop signal: stop gracefully."""
+        self.stop()
+        logger.info("stopping name=%s signal=%s", self.name, signum)
+
+    def on_second_stop_request(self, signum: int) -> None:
+        """A second stop signal: leave at once."""
+        logger.warning("stopping at once name=%s signal=%s", self.name, signum)
+        os._exit(EXIT_ABANDONED)
+
+    # -- the Worker row ----------------------------------------------------------------------
+
+    def registration(self) -> dict[str, Any]:
+        """What the row reports beyond name, role, host and pid."""
+        return {"queues": [], "processing_threads": 0}
+
+    def register(self) -> Worker:
+        """Write this process's ``Worker`` row (retried while the database is away)."""
+        self.worker = with_db_retry(self._register, "register")
+        return self.worker
+
+    def _register(self) -> Worker:
+        if self.role is None:
+            raise TypeError(f"{type(self).__name__} keeps no Worker row")
+        return Worker.objects.register(
+            name=self.name,
+            role=self.role,
+            host=host_name(),
+            pid=os.getpid(),
+            **self.registration(),
+        )
+
+    def heartbeat(self, **load: Any) -> bool:
+        """Beat; if the leader declared this process dead meanwhile, register again through
+        ``rejoin()`` (unless stopping). Return whether the row was still alive."""
+        if self.worker is None:
+            raise RuntimeError("register() before the first heartbeat")
+        refresh_connections()
+        alive = Worker.objects.heartbeat(self.worker, **load)
+        if not alive and not self.stopping.is_set():
+            self.rejoin()
+        return alive
+
+    def rejoin(self) -> None:
+        """Start over under a fresh row after being declared dead (or pruned) while alive."""
+        self.worker = self._register()
+        logger.warning(
+            "declared dead while alive (no heartbeat in time); registered again name=%s",
+            self.name,
+        )
+
+    def mark_stopped(self, before: Callable[[], object] | None = None) -> None:
+        """Mark the row stopped, once more after a dropped connection; best effort, since a
+        heartbeat gone silent says the same. ``before`` runs in the same try (a last flush)."""
+        if self.worker is None:
+            return
+        for last_try in (False, True):
+            try:
+                refresh_connections()
+                if before is not None:
+                    before()
+                Worker.objects.stop(self.worker)
+                break
+            except (OperationalError, InterfaceError):  # a connection the database dropped
+                connections.close_all()
+                if last_try:
+                    logger.exception("could not mark stopped name=%s", self.name)
+            except Exception:
+                logger.exception("could not mark stopped name=%s", self.name)
+                break
+        connections.close_all()

@@ -1,0 +1,116 @@
+"""IQProcess, the base of the worker, the leader and the supervisor: its Worker row (register,
+heartbeat, register again after being declared dead, mark stopped) and its stop signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from django_iq import process as process_module
+from django_iq.models import Worker
+from django_iq.process import SAME_STOP_REQUEST_SECONDS, IQProcess
+from django_iq.supervisor import Supervisor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+IDLE = {"busy_threads": 0, "cpu_percent": 0.0, "memory_percent": 0.0, "is_throttled": False}
+
+
+class Recorded(IQProcess):
+    """A process whose stop requests are recorded instead of acted on."""
+
+    role = Worker.Role.WORKER
+
+    def __init__(self) -> None:
+        super().__init__(f"test-process:{os.getpid()}")
+        self.requests: list[tuple[str, int]] = []
+
+    def registration(self) -> dict[str, Any]:
+        return {"queues": ["emails"], "processing_threads": 3}
+
+    def on_stop_request(self, signum: int) -> None:
+        self.requests.append(("stop", signum))
+        super().stop()
+
+    def on_second_stop_request(self, signum: int) -> None:
+        self.requests.append(("at once", signum))
+
+
+def test_register_writes_the_row_with_what_the_process_reports() -> None:
+    process = Recorded()
+
+    worker = process.register()
+
+    row = Worker.objects.get(pk=worker.pk)
+    assert (row.name, row.role, row.pid, row.queues, row.processing_threads) == (
+        process.name,
+        "worker",
+        os.getpid(),
+        ["emails"],
+        3,
+    )
+    assert row.stopped_at is None
+
+
+def test_a_process_declared_dead_registers_again_on_its_next_heartbeat() -> None:
+    process = Recorded()
+    first = process.register()
+    assert process.heartbeat(**IDLE) is True
+
+    assert Worker.objects.declare_dead(first.pk, 0)
+    assert process.heartbeat(**IDLE) is False
+
+    assert process.worker is not None and process.worker.pk != first.pk
+    live = Worker.objects.filter(stopped_at__isnull=True)
+    assert list(live.values_list("pk", flat=True)) == [process.worker.pk]
+    assert process.heartbeat(**IDLE) is True
+
+
+def test_a_stopping_process_declared_dead_does_not_register_again() -> None:
+    process = Recorded()
+    first = process.register()
+    process.stop()
+
+    assert Worker.objects.declare_dead(first.pk, 0)
+    assert process.heartbeat(**IDLE) is False
+
+    assert process.worker == first
+    assert not Worker.objects.filter(stopped_at__isnull=True).exists()
+
+
+def test_mark_stopped_runs_the_last_flush_then_stops_the_row() -> None:
+    process = Recorded()
+    worker = process.register()
+    flushed: list[bool] = []
+
+    process.mark_stopped(before=lambda: flushed.append(True))
+
+    assert flushed == [True]
+    assert Worker.objects.get(pk=worker.pk).stopped_at is not None
+
+
+def test_one_stop_request_delivered_twice_is_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(process_module.time, "monotonic", lambda: clock[0])
+    process = Recorded()
+
+    process._on_signal(signal.SIGTERM, None)
+    clock[0] += SAME_STOP_REQUEST_SECONDS / 2
+    process._on_signal(signal.SIGTERM, None)  # the same request, through the process group
+    clock[0] += SAME_STOP_REQUEST_SECONDS
+    process._on_signal(signal.SIGINT, None)  # an operator insisting
+
+    assert process.requests == [("stop", signal.SIGTERM), ("at once", signal.SIGINT)]
+    assert process.stopping.is_set()
+
+
+def test_a_process_without_a_role_keeps_no_row() -> None:
+    supervisor = Supervisor(processes=1, burst=True)
+
+    with pytest.raises(TypeError, match="keeps no Worker row"):
+        supervisor._register()
+
+    assert not Worker.objects.exists()
