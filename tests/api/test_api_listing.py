@@ -17,8 +17,8 @@ from django.utils import timezone
 from django_iq import enqueue_many
 from django_iq.api.pagination import STREAM_BATCH_SIZE, encode_cursor
 from django_iq.models import Entry
+from tests.api.test_api import Api, make_user, url
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
-from tests.integration.test_api import Api, make_user, url
 from tests.testapp.jobs import flaky, record
 
 pytestmark = pytest.mark.django_db

@@ -14,8 +14,8 @@ from django_iq.api import urls as api_urls
 from django_iq.api.endpoint import Endpoint
 from django_iq.api.openapi import document
 from django_iq.api.pagination import encode_cursor
+from tests.api.test_api import PERMISSIONS, Api, make_user
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
-from tests.integration.test_api import PERMISSIONS, Api, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from django_iq.models import Entry, Queue
-from tests.integration.test_api import PERMISSIONS, Api, make_user, url
+from tests.api.test_api import PERMISSIONS, Api, make_user, url
 from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db

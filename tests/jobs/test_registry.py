@@ -15,7 +15,7 @@ from django_iq.registry import declared_queues, get_job, registered_jobs
 from tests.conftest import iq_settings_with
 from tests.testapp.jobs import always_fails, flaky, record
 
-EXTRA_MODULE = "tests.integration.extra_jobs"
+EXTRA_MODULE = "tests.jobs.extra_jobs"
 
 
 def plain_function(token: str) -> str:
@@ -99,10 +99,10 @@ def test_a_job_object_whose_name_is_not_registered_is_refused() -> None:
 @pytest.mark.usefixtures("isolated_registry")
 def test_modules_in_job_modules_are_imported_to_find_jobs() -> None:
     registry_module._discovered = False
-    assert "tests.integration.extra_jobs.extra" not in registered_jobs()
+    assert "tests.jobs.extra_jobs.extra" not in registered_jobs()
 
     with iq_settings_with(JOB_MODULES=[EXTRA_MODULE]):
-        found = get_job("tests.integration.extra_jobs.extra")
+        found = get_job("tests.jobs.extra_jobs.extra")
 
     assert found.options.queue_name == "reports"
     assert EXTRA_MODULE in sys.modules

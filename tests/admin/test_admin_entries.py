@@ -15,8 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_iq.admin import EstimatedCountPaginator
 from django_iq.models import DisabledJob, Entry
-from tests.factories import DisabledJobFactory, EntryFactory, GroupLockFactory, QueueFactory
-from tests.integration.test_admin import (
+from tests.admin.test_admin import (
     change_url,
     changelist_url,
     column,
@@ -26,6 +25,7 @@ from tests.integration.test_admin import (
     messages_of,
     run_action,
 )
+from tests.factories import DisabledJobFactory, EntryFactory, GroupLockFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
 

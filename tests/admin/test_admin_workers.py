@@ -13,20 +13,20 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_iq.models import DisabledJob, Entry, GroupLock, LeaderLease, Worker
-from tests.factories import (
-    DisabledJobFactory,
-    EntryFactory,
-    GroupLockFactory,
-    LeaderLeaseFactory,
-    WorkerFactory,
-)
-from tests.integration.test_admin import (
+from tests.admin.test_admin import (
     changelist_url,
     column,
     listed_ids,
     login_superuser,
     messages_of,
     run_action,
+)
+from tests.factories import (
+    DisabledJobFactory,
+    EntryFactory,
+    GroupLockFactory,
+    LeaderLeaseFactory,
+    WorkerFactory,
 )
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from django_iq.models import Entry, EntryError, OperatorAction
-from tests.factories import EntryErrorFactory, QueueFactory
-from tests.integration.test_admin import (
+from tests.admin.test_admin import (
     change_url,
     changelist_url,
     column,
@@ -21,6 +20,7 @@ from tests.integration.test_admin import (
     messages_of,
     run_action,
 )
+from tests.factories import EntryErrorFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,7 @@ from django.test import Client
 
 from django_iq.models import CronJob, Entry
 from django_iq.registry import catalog
-from tests.factories import CronJobFactory, QueueFactory
-from tests.integration.test_admin import (
+from tests.admin.test_admin import (
     change_url,
     changelist_url,
     column,
@@ -20,6 +19,7 @@ from tests.integration.test_admin import (
     messages_of,
     run_action,
 )
+from tests.factories import CronJobFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -25,7 +25,7 @@ class EdgeRandom(random.Random):
 
 def unregistered_job(**options: float) -> Job[[], None]:
     # Built directly, not with @job, so nothing is added to the registry.
-    return Job(lambda: None, "tests.unit.backoff_job", JobOptions(**options))
+    return Job(lambda: None, "tests.jobs.backoff_job", JobOptions(**options))
 
 
 @iq_settings_with(BACKOFF_BASE_SECONDS=2, BACKOFF_MAX_SECONDS=60, BACKOFF_JITTER=0)

@@ -15,8 +15,7 @@ from django.utils import timezone
 
 from django_iq.managers import QueueManager
 from django_iq.models import OperatorAction, Queue
-from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
-from tests.integration.test_admin import (
+from tests.admin.test_admin import (
     change_url,
     changelist_url,
     column,
@@ -25,6 +24,7 @@ from tests.integration.test_admin import (
     messages_of,
     run_action,
 )
+from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
 
