@@ -194,6 +194,13 @@ class AckWriter:
                 self._release([ack], written=True)
 
     def _release(self, batch: list[Ack], *, written: bool) -> None:
+        if written and signals.entries_finished.receivers:
+            signals.send(
+                signals.entries_finished,
+                Entry,
+                entries=[ack.entry for ack in batch],
+                worker_name=self.worker_name,
+            )
         for ack in batch:
             try:
                 if written:

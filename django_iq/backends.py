@@ -8,13 +8,12 @@ from typing import Any, cast
 
 from django.apps import apps
 from django.core import checks
-from django.db import router, transaction
 from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from django_iq import signals
-from django_iq.dbconn import reachable, with_db_retry
+from django_iq.dbconn import with_db_retry
 from django_iq.exceptions import DatabaseUnavailable, InvalidJobOptions, IQError
 from django_iq.models import Entry, EntryError, Result
 from django_iq.registry import Job, JobOptions, catalog, get_job, register, registered_jobs
@@ -93,11 +92,13 @@ class TaskJob(Job[Any, Any]):
             # The queue's own writes, before the task's body: a database error here is retried,
             # never charged to the task as a failed attempt.
             result_id = entry.result_id
-            with_db_retry(
+            row = with_db_retry(
                 lambda: Result.objects.record_start(result_id, worker_name, timezone.now()),
                 "record start",
             )
-            task_result = with_db_retry(lambda: backend.get_result(result_id), "read result")
+            if row is None:
+                raise TaskResultDoesNotExist(result_id)
+            task_result = backend._to_task_result(row, self.task)
         else:
             task_result = backend.result_for(self.task, entry, worker_name)
         signals.send(task_started, type(backend), task_result=task_result)
@@ -141,7 +142,7 @@ class IQBackend(BaseTaskBackend):
         _options(task)
 
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
-        """Write a READY result and its entry in one transaction; return the TaskResult."""
+        """Write a READY result and its entry together (one statement on PostgreSQL); return the TaskResult."""
         self.validate_task(task)
         job = _task_job(task)
         args = list(args)
@@ -149,29 +150,28 @@ class IQBackend(BaseTaskBackend):
             validate_arguments(args, kwargs)
         except TypeError as exc:
             raise type(exc)(str(exc)) from None
-        result_id = get_random_string(32)
         now = timezone.now()
-        db = router.db_for_write(Result)
+        row = Result(
+            id=get_random_string(32),
+            task_path=task.module_path,
+            backend=self.alias,
+            queue_name=task.queue_name,
+            priority=task.priority,
+            args=args,
+            kwargs=kwargs,
+            run_after=task.run_after,
+            enqueued_at=now,
+        )
         try:
-            with reachable(db, "nothing was enqueued"), transaction.atomic(using=db):
-                row = Result.objects.create(
-                    id=result_id,
-                    task_path=task.module_path,
-                    backend=self.alias,
-                    queue_name=task.queue_name,
-                    priority=task.priority,
-                    args=args,
-                    kwargs=kwargs,
-                    run_after=task.run_after,
-                    enqueued_at=now,
-                )
-                Entry.objects.enqueue_many(
-                    job.name, [(args, kwargs)], _options(task), jobs=catalog, result_ids=[result_id]
-                )
+            # The result row is written with its entry: one statement on PostgreSQL.
+            Entry.objects.enqueue_many(
+                job.name, [(args, kwargs)], _options(task), jobs=catalog, results=[row]
+            )
         except IQError as exc:
             if isinstance(exc, TypeError | DatabaseUnavailable):
                 raise
             raise InvalidTask(str(exc)) from exc
+        row._state.adding = False
         task_result = self._to_task_result(row, task)
         signals.send(task_enqueued, type(self), task_result=task_result)
         return task_result
@@ -256,23 +256,26 @@ class IQBackend(BaseTaskBackend):
         return messages
 
 
-def _finished(entry: Entry) -> None:
-    if entry.result_id is None:
+def _finished(entries: Iterable[Entry]) -> None:
+    """Send ``task_finished`` for the entries of tasks among ``entries``, their results read
+    in one query."""
+    tasks = {}
+    for entry in entries:
+        job = registered_jobs().get(entry.job_name)
+        if entry.result_id is not None and isinstance(job, TaskJob):
+            tasks[entry.result_id] = job.task
+    if not tasks:
         return
-    job = registered_jobs().get(entry.job_name)
-    if not isinstance(job, TaskJob):
-        return
-    backend = job.task.get_backend()
-    try:
-        task_result = backend.get_result(entry.result_id)
-    except TaskResultDoesNotExist:
-        return
-    signals.send(task_finished, type(backend), task_result=task_result)
+    for row in Result.objects.filter(pk__in=list(tasks)).order_by("pk"):
+        task = tasks[row.pk]
+        backend = cast("IQBackend", task.get_backend())
+        task_result = backend._to_task_result(row, task)
+        signals.send(task_finished, type(backend), task_result=task_result)
 
 
-@receiver(signals.entry_finished)
-def _send_task_finished(sender: Any, entry: Entry, **kwargs: Any) -> None:
-    _finished(entry)
+@receiver(signals.entries_finished)
+def _send_task_finished(sender: Any, entries: list[Entry], **kwargs: Any) -> None:
+    _finished(entries)
 
 
 @receiver(signals.entry_failed)
@@ -280,4 +283,4 @@ def _send_task_finished_on_final_failure(
     sender: Any, entry: Entry, error: EntryError, **kwargs: Any
 ) -> None:
     if error.is_final:
-        _finished(entry)
+        _finished([entry])

@@ -44,6 +44,9 @@ SETTINGS: dict[str, Setting] = {
     "SCHEDULING_THREADS": Setting(1, (int,), 1, 16, env=True),
     "CLAIM_BATCH_SIZE": Setting(100, (int,), 1, 10_000),
     "POLL_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600, env=True),
+    # PostgreSQL: enqueues send NOTIFY and idle workers LISTEN, so a new entry starts within
+    # milliseconds; polling every POLL_INTERVAL_SECONDS stays as the fallback.
+    "LISTEN_NOTIFY": Setting(True, (bool,)),
     "PROMOTE_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600),
     "HEARTBEAT_INTERVAL_SECONDS": Setting(5.0, (int, float), 0.1, 3600, env=True),
     "SHUTDOWN_GRACE_SECONDS": Setting(30.0, (int, float), 0, 86_400, env=True),

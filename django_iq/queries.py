@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -11,6 +11,7 @@ from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
 from django_iq.appmodels import iq
+from django_iq.conf import iq_settings
 
 
 def db_now_plus(seconds: float) -> Any:
@@ -198,16 +199,7 @@ def claim_in_one_statement(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    attnames = [f.attname for f in fields]
-    converters = [getattr(f, "from_db_value", None) for f in fields]
-    claimed = []
-    for row in rows:
-        values = [
-            convert(value, None, connection) if convert is not None else value
-            for convert, value in zip(converters, row[:-1], strict=True)
-        ]
-        claimed.append((iq.Entry.from_db(using, attnames, values), row[-1]))
-    return claimed
+    return [(_instance(using, iq.Entry, row[:-1]), row[-1]) for row in rows]
 
 
 # A shared row lock: it lets claims of one worker run side by side and makes an UPDATE of the
@@ -352,3 +344,203 @@ def estimated_row_count(using: str, table: str) -> int | None:
     if row is None or row[0] is None or row[0] < 0:
         return None
     return int(row[0])
+
+
+# The channel PostgreSQL NOTIFY wakes idle workers on; the payload is the queue's name. A
+# notification is sent only when its transaction commits, and PostgreSQL folds the same
+# channel and payload sent many times in one transaction into one.
+NOTIFY_CHANNEL = "django_iq"
+
+# Enqueue in one round trip on PostgreSQL: the entries (and, for the Django Tasks backend,
+# their result rows) are inserted only if their queue exists, in the state the job's switch
+# gives them (disabled or not), and each pending one notifies its queue's listeners. No row
+# comes back when the queue does not exist: the caller creates a declared queue and tries
+# again, or refuses the enqueue. One statement is one transaction on its own, so a single
+# enqueue needs no BEGIN and COMMIT of its own.
+ENQUEUE_POSTGRESQL = """
+WITH q AS (
+    SELECT 1 AS present FROM {queue_table} WHERE {queue_name} = %s
+), d AS (
+    SELECT EXISTS (SELECT 1 FROM {disabled_table} WHERE {disabled_job} = %s) AS off
+){results}
+INSERT INTO {entry_table} ({columns})
+SELECT {selected} FROM (VALUES {rows}) AS v({names}) CROSS JOIN q CROSS JOIN d
+ORDER BY v.iq_ord
+RETURNING {id}, {state}{notify}
+"""
+ENQUEUE_RESULTS_POSTGRESQL = """, r AS (
+    INSERT INTO {result_table} ({columns})
+    SELECT {names} FROM (VALUES {rows}) AS v({names}) WHERE EXISTS (SELECT 1 FROM q)
+)"""
+
+
+def supports_single_statement_enqueue(using: str) -> bool:
+    """True where ``enqueue_in_one_statement`` works (PostgreSQL)."""
+    return connections[using].vendor == "postgresql"
+
+
+def _typed_values(
+    connection: Any, model: Any, objs: Sequence[Any], *, ordinal: bool = False
+) -> tuple[list[Any], str, str, list[Any]]:
+    """Concrete fields (an auto primary key left out), ``VALUES`` rows with each value cast to
+    its column's type, the column names of the rows, and the parameters."""
+    quote = connection.ops.quote_name
+    fields = [f for f in model._meta.concrete_fields if f is not model._meta.auto_field]
+    casts = [f"%s::{f.cast_db_type(connection)}" for f in fields]
+    if ordinal:
+        casts.append("%s::integer")
+    row_sql = "(" + ", ".join(casts) + ")"
+    params: list[Any] = []
+    for index, obj in enumerate(objs):
+        for f in fields:
+            params.append(f.get_db_prep_save(getattr(obj, f.attname), connection))
+        if ordinal:
+            params.append(index)
+    names = ", ".join(quote(str(f.column)) for f in fields) + (", iq_ord" if ordinal else "")
+    return fields, ", ".join([row_sql] * len(objs)), names, params
+
+
+def enqueue_in_one_statement(
+    using: str,
+    queue: str,
+    job_name: str,
+    entries: Sequence[Any],
+    *,
+    results: Sequence[Any] = (),
+) -> list[tuple[int, str]] | None:
+    """Insert ``entries`` (unsaved ``Entry`` objects of one job and queue) and ``results``
+    (unsaved ``Result`` rows) in one statement; return ``(id, state)`` per entry in order,
+    or None, with nothing written, if ``queue`` has no row."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+
+    def col(model: Any, name: str) -> str:
+        return quote(str(model._meta.get_field(name).column))
+
+    fields, rows, names, params = _typed_values(connection, iq.Entry, entries, ordinal=True)
+    notify = notifications_on(using)
+    state = col(iq.Entry, "state")
+    selected = ", ".join(
+        f"CASE WHEN d.off THEN 'disabled' ELSE v.{state} END"
+        if f.name == "state"
+        else f"v.{quote(str(f.column))}"
+        for f in fields
+    )
+    results_sql = ""
+    result_params: list[Any] = []
+    if results:
+        _, result_rows, result_names, result_params = _typed_values(connection, iq.Result, results)
+        results_sql = ENQUEUE_RESULTS_POSTGRESQL.format(
+            result_table=quote(str(iq.Result._meta.db_table)),
+            columns=result_names,
+            names=result_names,
+            rows=result_rows,
+        )
+    sql = ENQUEUE_POSTGRESQL.format(
+        queue_table=quote(str(iq.Queue._meta.db_table)),
+        queue_name=col(iq.Queue, "name"),
+        disabled_table=quote(str(iq.DisabledJob._meta.db_table)),
+        disabled_job=col(iq.DisabledJob, "job_name"),
+        results=results_sql,
+        entry_table=quote(str(iq.Entry._meta.db_table)),
+        columns=", ".join(quote(str(f.column)) for f in fields),
+        selected=selected,
+        rows=rows,
+        names=names,
+        id=col(iq.Entry, "id"),
+        state=state,
+        notify=(
+            f", CASE WHEN {state} = 'pending' THEN "
+            f"pg_notify('{NOTIFY_CHANNEL}', {col(iq.Entry, 'queue')})::text END"
+            if notify
+            else ""
+        ),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [queue, job_name, *result_params, *params])
+        created = [(row[0], row[1]) for row in cursor.fetchall()]
+    return created or None
+
+
+def notifications_on(using: str) -> bool:
+    """True where ready work is announced with NOTIFY (PostgreSQL, ``LISTEN_NOTIFY`` on)."""
+    return connections[using].vendor == "postgresql" and bool(iq_settings.LISTEN_NOTIFY)
+
+
+def notify_ready(using: str, queues: Iterable[object]) -> None:
+    """In the caller's transaction, wake the listeners of ``queues`` (entries became ready
+    there); nothing where the database has no notifications."""
+    names = sorted({str(queue) for queue in queues})
+    if not names or not notifications_on(using):
+        return
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q",
+            [NOTIFY_CHANNEL, names],
+        )
+
+
+# A Django Tasks result starts an attempt in one statement: RUNNING, first start kept, this
+# worker appended to worker_ids (a JSON array), by each database's JSON function.
+_APPEND_WORKER_BY_VENDOR = {
+    "postgresql": "{worker_ids} || jsonb_build_array(%s::text)",
+    "sqlite": "json_insert({worker_ids}, '$[#]', %s)",
+    "mysql": "JSON_ARRAY_APPEND({worker_ids}, '$', %s)",
+}
+START_RESULT = (
+    "UPDATE {table} SET {status} = 'RUNNING', {started_at} = COALESCE({started_at}, %s), "
+    "{last_attempted_at} = %s, {worker_ids} = {append} WHERE {id} = %s"
+)
+
+
+def start_result(using: str, result_id: str, worker_id: str, now: Any) -> Any:
+    """Mark a Tasks result RUNNING for ``worker_id``; return the ``Result`` as written (one
+    round trip on PostgreSQL), or None if there is no such result."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    model = iq.Result
+    fields = model._meta.concrete_fields
+    column = {f.name: quote(str(f.column)) for f in fields}
+    sql = START_RESULT.format(
+        table=quote(str(model._meta.db_table)),
+        append=_template(_APPEND_WORKER_BY_VENDOR, connection.vendor, "start a task").format(
+            worker_ids=column["worker_ids"]
+        ),
+        **column,
+    )
+    stamp = model._meta.get_field("started_at").get_db_prep_save(now, connection)
+    params = [stamp, stamp, worker_id, result_id]
+    returning = connection.vendor == "postgresql"
+    if returning:
+        sql += " RETURNING " + ", ".join(column[f.name] for f in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if not returning:
+            return (
+                model.objects.using(using).filter(pk=result_id).first() if cursor.rowcount else None
+            )
+        row = cursor.fetchone()
+    return None if row is None else _instance(using, model, row)
+
+
+_LOADERS: dict[Any, tuple[list[str], list[Any]]] = {}
+
+
+def _instance(using: str, model: Any, row: Sequence[Any]) -> Any:
+    """A model instance from a row of its concrete fields, as the ORM would load it (on
+    PostgreSQL, whose driver returns dates and numbers typed)."""
+    loader = _LOADERS.get(model)
+    if loader is None:
+        fields = model._meta.concrete_fields
+        loader = _LOADERS[model] = (
+            [f.attname for f in fields],
+            [getattr(f, "from_db_value", None) for f in fields],
+        )
+    attnames, converters = loader
+    connection = connections[using]
+    values = [
+        value if convert is None else convert(value, None, connection)
+        for convert, value in zip(converters, row, strict=True)
+    ]
+    return model.from_db(using, attnames, values)

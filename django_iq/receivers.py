@@ -27,7 +27,7 @@ def log_enqueued(sender: Any, entry: Any, **kwargs: Any) -> None:
 def log_finished(
     sender: Any, entry: Any, worker_name: str, duration_seconds: float, **kwargs: Any
 ) -> None:
-    logger.info(
+    logger.debug(
         "done entry=%s job=%s queue=%s worker=%s seconds=%.3f",
         entry.pk,
         entry.job_name,

@@ -119,6 +119,12 @@ class Scheduler:
             self._weights_at = now
         return self._weights
 
+    def queue_heard_of(self, queue: str | None) -> None:
+        """Work arrived in ``queue`` (None: anywhere): if this scheduler does not know the queue
+        yet (it was created after the last reading), read the queues again at the next pass."""
+        if queue is None or queue not in self._weights:
+            self._weights_at = 0.0
+
     def run_once(self) -> PassResult:
         """Promote due entries, ask the governor, claim from queues in fair order, hand over."""
         refresh_connections()
@@ -142,7 +148,7 @@ class Scheduler:
             )
             for claim in claims:
                 claimed += 1
-                logger.info(
+                logger.debug(
                     "claimed lock=%s queue=%s entries=%s first=%s job=%s",
                     claim.lock_key,
                     queue,

@@ -23,6 +23,7 @@ from django_iq.process import EXIT_ABANDONED, EXIT_OK, IQProcess, host_name
 from django_iq.processing import Processor
 from django_iq.registry import autodiscover
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
+from django_iq.wakeup import Listener, Wakeups, listening_supported
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,10 @@ class WorkerProcess(IQProcess):
         # Heartbeats go on through a graceful stop, until the worker marks itself stopped:
         # jobs finishing within the grace period must not look like a dead worker's.
         self._heartbeats_end = threading.Event()
-        self.wake = threading.Event()
+        # Scheduling threads sleep on these between passes; a finished claim, a stop, or a
+        # notification from the listener wakes them.
+        self.wakeups = Wakeups()
+        self.listener: Listener | None = None
         self._busy = 0
         self._busy_lock = threading.Lock()
         self.processed = 0
@@ -115,6 +119,9 @@ class WorkerProcess(IQProcess):
         for index in range(self.scheduling_threads):
             self._start(self._scheduling_loop, f"iq-scheduling-{index}")
         self._start(self._heartbeat_loop, "iq-heartbeat")
+        if listening_supported() and not self.burst:
+            self.listener = Listener(self.queues, self._work_arrived, self.stopping)
+            self._start(self.listener.run, "iq-listener")
         while not self.stopping.wait(0.2):
             pass
         return self._shutdown()
@@ -152,7 +159,7 @@ class WorkerProcess(IQProcess):
     def stop(self) -> None:
         """Begin a graceful stop (what SIGTERM does)."""
         super().stop()
-        self.wake.set()
+        self.wakeups.wake_all()
 
     def on_stop_request(self, signum: int) -> None:
         self.stop()
@@ -192,6 +199,8 @@ class WorkerProcess(IQProcess):
         for thread in self._threads:
             if thread.name == "iq-heartbeat":
                 thread.join(10.0)
+            elif thread.name == "iq-listener":
+                thread.join(2.0)
         self.mark_stopped(before=self.tally.flush)
         logger.info(
             "worker stopped name=%s processed=%s failed=%s released=%s abandoned=%s",
@@ -233,8 +242,11 @@ class WorkerProcess(IQProcess):
             hand_over=self._hand_over,
         )
         self._schedulers.append(scheduler)
+        wake = self.wakeups.event()
         try:
             while not self.stopping.is_set():
+                # Cleared before the pass, so a wake-up that comes during it is not lost.
+                wake.clear()
                 # Taken before the pass: a claim of ours that finished during the pass may have
                 # released a group whose other entries the pass saw as locked.
                 idle_before = self._finished_locally()
@@ -251,8 +263,7 @@ class WorkerProcess(IQProcess):
                     self.stop()
                     break
                 if result.sleep_seconds:
-                    self.wake.wait(result.sleep_seconds)
-                    self.wake.clear()
+                    wake.wait(result.sleep_seconds)
         finally:
             scheduler.close()
 
@@ -268,7 +279,16 @@ class WorkerProcess(IQProcess):
     def _released(self, claim: Claim) -> None:
         """A claim is fully written: stop reporting its lock, and let the schedulers look."""
         self._forget(claim)
-        self.wake.set()
+        self.wakeups.wake_all()
+
+    def _work_arrived(self, queue: str | None) -> None:
+        """The listener heard of ready work in ``queue`` (None: in any queue): wake the
+        schedulers if a thread could take it, having them read the queues again if the queue
+        is new to them."""
+        for scheduler in self._schedulers:
+            scheduler.queue_heard_of(queue)
+        if self.idle_threads() > 0:
+            self.wakeups.wake_all()
 
     def held_locks(self) -> list[int]:
         with self._held_lock:
@@ -307,7 +327,7 @@ class WorkerProcess(IQProcess):
                 finally:
                     with self._busy_lock:
                         self._busy -= 1
-                    self.wake.set()
+                    self.wakeups.wake_all()
         finally:
             connections.close_all()
 

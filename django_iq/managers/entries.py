@@ -15,25 +15,25 @@ from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.dbconn import reachable
-from django_iq.exceptions import InvalidJobArguments
+from django_iq.exceptions import InvalidJobArguments, QueueNotFound
 from django_iq.limits import resolve_run_at
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
 from django_iq.managers.outcomes import EntryOutcomeManager
 from django_iq.options import JobCatalog, JobOptions
 from django_iq.queries import (
     claim_in_one_statement,
+    enqueue_in_one_statement,
     insert_group_locks,
     lock_live_worker,
+    notify_ready,
     supports_single_statement_claim,
+    supports_single_statement_enqueue,
 )
 from django_iq.serialization import validate_arguments
 from django_iq.states import WAITING, EntryState, lock_key_for
 
 if TYPE_CHECKING:
-    from django_iq.models import (
-        Entry,
-        Worker,
-    )
+    from django_iq.models import Entry, Result, Worker
 
 
 @dataclass
@@ -110,20 +110,15 @@ class EntryManager(EntryOutcomeManager):
         options: JobOptions,
         now: datetime,
         run_at: datetime,
-        disabled: bool,
     ) -> Entry:
         """Build an unsaved entry from arguments already checked by ``validate_arguments``."""
-        if disabled:
-            state = EntryState.DISABLED
-        else:
-            state = EntryState.INITIAL if run_at > now else EntryState.PENDING
         return self.model(
             queue_id=options.queue_name,
             job_name=job_name,
             args=list(args),
             kwargs=kwargs,
             priority=options.effective_priority,
-            state=state,
+            state=EntryState.INITIAL if run_at > now else EntryState.PENDING,
             group_key=options.group_key,
             lock_key=lock_key_for(options.group_key),
             run_at=run_at,
@@ -154,18 +149,21 @@ class EntryManager(EntryOutcomeManager):
         options: JobOptions,
         *,
         jobs: JobCatalog | None = None,
-        result_ids: Sequence[str] | None = None,
+        results: Sequence[Result] = (),
     ) -> list[Entry]:
-        """Validate every call first, then insert them in batches of 1,000 in one transaction.
+        """Validate every call first, then insert them in batches of 1,000, in one transaction.
 
         The queue must exist or be declared (in settings, or by one of ``jobs``: the registry
-        passes itself). ``result_ids`` links each entry to its ``Result`` row (Django Tasks
-        backend).
+        passes itself). ``results`` are unsaved ``Result`` rows, one per call, written with the
+        entries (Django Tasks backend).
+
+        On PostgreSQL a batch is one statement (see ``queries.enqueue_in_one_statement``): a
+        single enqueue costs one round trip, and each pending entry notifies the workers
+        listening on its queue when the transaction commits.
         """
         now = timezone.now()
         db = router.db_for_write(self.model)
-        # Every call is validated before the queue is looked up, since ensure() may create the
-        # queue row: a refused enqueue must write nothing.
+        # Every call is validated before anything is written: a refused enqueue writes nothing.
         validated = []
         for index, call in enumerate(calls):
             try:
@@ -176,20 +174,77 @@ class EntryManager(EntryOutcomeManager):
                 ) from None
             validated.append(validate_arguments(args, kwargs))
         run_at = resolve_run_at(options.run_at, now)
+        entries = [
+            self._build(job_name, args, kwargs, options, now, run_at) for args, kwargs in validated
+        ]
+        for entry, result in zip(entries, results, strict=False):
+            entry.result_id = result.pk
+        if not entries:
+            return []
         with reachable(db, "nothing was enqueued"):
-            iq.Queue.objects.db_manager(db).ensure(options.queue_name, jobs)
-            disabled = iq.DisabledJob.objects.using(db).filter(job_name=job_name).exists()
-            entries = [
-                self._build(job_name, args, kwargs, options, now, run_at, disabled)
-                for args, kwargs in validated
-            ]
-            for entry, result_id in zip(entries, result_ids or [], strict=False):
-                entry.result_id = result_id
-            with transaction.atomic(using=db):
-                created = self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
-        for entry in created:
+            if supports_single_statement_enqueue(db):
+                self._insert_in_statements(db, job_name, options.queue_name, entries, results, jobs)
+            else:
+                self._insert_with_orm(db, job_name, options.queue_name, entries, results, jobs)
+        for entry in entries:
             signals.send(signals.entry_enqueued, self.model, entry=entry)
-        return created
+        return entries
+
+    def _insert_in_statements(
+        self,
+        db: str,
+        job_name: str,
+        queue: str,
+        entries: list[Entry],
+        results: Sequence[Result],
+        jobs: JobCatalog | None,
+    ) -> None:
+        size = ENQUEUE_BATCH_SIZE
+
+        def insert(start: int) -> bool:
+            batch = entries[start : start + size]
+            rows = enqueue_in_one_statement(
+                db, queue, job_name, batch, results=results[start : start + size]
+            )
+            if rows is None:
+                return False
+            for entry, (pk, state) in zip(batch, rows, strict=True):
+                entry.pk, entry.state = pk, state
+                entry._state.adding, entry._state.db = False, db
+            return True
+
+        def insert_all() -> bool:
+            if len(entries) <= size:
+                return insert(0)
+            with transaction.atomic(using=db):
+                for start in range(0, len(entries), size):
+                    if not insert(start):
+                        return False
+            return True
+
+        if not insert_all():
+            # The queue has no row yet: create it if it is declared (or refuse), then insert.
+            iq.Queue.objects.db_manager(db).ensure(queue, jobs)
+            if not insert_all():
+                raise QueueNotFound(f"Queue {queue!r} was deleted while entries were enqueued.")
+
+    def _insert_with_orm(
+        self,
+        db: str,
+        job_name: str,
+        queue: str,
+        entries: list[Entry],
+        results: Sequence[Result],
+        jobs: JobCatalog | None,
+    ) -> None:
+        iq.Queue.objects.db_manager(db).ensure(queue, jobs)
+        if iq.DisabledJob.objects.using(db).filter(job_name=job_name).exists():
+            for entry in entries:
+                entry.state = EntryState.DISABLED
+        with transaction.atomic(using=db):
+            if results:
+                iq.Result.objects.using(db).bulk_create(results, batch_size=ENQUEUE_BATCH_SIZE)
+            self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
 
     # -- claim -------------------------------------------------------------------------------
 
@@ -278,20 +333,22 @@ class EntryManager(EntryOutcomeManager):
         now = now or timezone.now()
         db = router.db_for_write(self.model)
         with transaction.atomic(using=db):
-            ids = list(
+            due = list(
                 self._on(db)
                 .due(now)
                 .order_by("run_at")
                 .select_for_update(skip_locked=True)
-                .values_list("pk", flat=True)[:limit]
+                .values_list("pk", "queue_id")[:limit]
             )
-            if not ids:
+            if not due:
                 return 0
-            return (
+            promoted = (
                 self._on(db)
-                .filter(pk__in=ids, state=EntryState.INITIAL)
+                .filter(pk__in=[pk for pk, _ in due], state=EntryState.INITIAL)
                 .update(state=EntryState.PENDING)
             )
+            notify_ready(db, [queue for _, queue in due])
+            return promoted
 
     def run_now(self, ids: Iterable[int]) -> int:
         """Make deferred entries ``pending`` at once; return how many changed."""
@@ -300,11 +357,11 @@ class EntryManager(EntryOutcomeManager):
 
         def write() -> int:
             locked = lock_in_order(self._on(db).filter(state=EntryState.INITIAL), wanted)
-            return (
-                self._on(db)
-                .filter(pk__in=locked)
-                .update(state=EntryState.PENDING, run_at=timezone.now())
-            )
+            rows = self._on(db).filter(pk__in=locked)
+            changed = rows.update(state=EntryState.PENDING, run_at=timezone.now())
+            if changed:
+                notify_ready(db, list(rows.values_list("queue_id", flat=True).distinct()))
+            return changed
 
         return atomic_retrying(db, write, "run_now")
 
@@ -390,6 +447,10 @@ class EntryManager(EntryOutcomeManager):
             ids = lock_in_order(self._on(db).filter(job_name=job_name, state=EntryState.DISABLED))
             rows = self._on(db).filter(pk__in=ids)
             deferred = rows.filter(run_at__gt=now).update(state=EntryState.INITIAL)
-            return deferred + rows.filter(run_at__lte=now).update(state=EntryState.PENDING)
+            ready = rows.filter(run_at__lte=now)
+            pending = ready.update(state=EntryState.PENDING)
+            if pending:
+                notify_ready(db, list(ready.values_list("queue_id", flat=True).distinct()))
+            return deferred + pending
 
         return atomic_retrying(db, write, "enable")

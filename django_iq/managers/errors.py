@@ -13,6 +13,7 @@ from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.limits import cut_message
 from django_iq.managers.common import atomic_retrying
+from django_iq.queries import notify_ready
 from django_iq.states import EntryState, lock_key_for
 
 if TYPE_CHECKING:
@@ -154,6 +155,7 @@ class EntryErrorManager(models.Manager["EntryError"]):
             ]
             created = iq.Entry.objects.using(db).bulk_create(entries)
             self.using(db).filter(pk__in=[e.pk for e in rows]).update(requeued_at=now)
+            notify_ready(db, [e.queue_id for e in created if e.state == EntryState.PENDING])
             return created
 
         created = atomic_retrying(db, write, "requeue")

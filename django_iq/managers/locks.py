@@ -6,12 +6,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django.db import models, router
+from django.db import models, router, transaction
 from django.db.models import Q
 
 from django_iq.appmodels import iq
 from django_iq.managers.outcomes import Failure
 from django_iq.options import JobCatalog
+from django_iq.queries import notifications_on, notify_ready
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -26,7 +27,15 @@ class GroupLockManager(models.Manager["GroupLock"]):
         ids = sorted(lock_ids)
         if not ids:
             return 0
-        return self.filter(pk__in=ids).delete()[0]
+        db = router.db_for_write(self.model)
+        locks = self.using(db).filter(pk__in=ids)
+        if not notifications_on(db):
+            return locks.delete()[0]
+        with transaction.atomic(using=db):
+            queues = list(locks.values_list("queue", flat=True))
+            released = locks.delete()[0]
+            notify_ready(db, queues)  # the entries are claimable again: wake the workers
+        return released
 
     def adopt(self, lock_ids: Iterable[int], worker: Worker) -> int:
         """Give ``worker`` the given locks whose worker row is gone or stopped (declared dead,

@@ -92,11 +92,13 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             found_entries = lock_in_order(self._on(db), entry_ids)
             if found_entries:
                 self._on(db).filter(pk__in=found_entries).delete()
-            results = [success for success in done if success.entry.result_id is not None]
-            for success in sorted(results, key=lambda s: str(s.entry.result_id)):
-                iq.Result.objects.db_manager(db).record_success(
-                    str(success.entry.result_id), success.return_value, success.at or now
-                )
+            iq.Result.objects.db_manager(db).record_successes(
+                [
+                    (str(s.entry.result_id), s.return_value, s.at or now)
+                    for s in done
+                    if s.entry.result_id is not None
+                ]
+            )
             crons = [success for success in done if success.entry.cron_job_id is not None]
             for success in sorted(crons, key=lambda s: int(s.entry.cron_job_id or 0)):
                 self._after_cron_run(success.entry, success.at or now, jobs)

@@ -2,35 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import models, router, transaction
+from django.db import models, router
+
+from django_iq.queries import start_result
 
 if TYPE_CHECKING:
-    from django_iq.models import Result  # noqa: F401  (the manager's type argument)
+    from django_iq.models import Result
 
 
 class ResultManager(models.Manager["Result"]):
     """Results of Django Tasks: every status change, written in the entry's transactions."""
 
-    def record_start(self, result_id: str, worker_id: str, now: datetime) -> None:
-        """Mark a result RUNNING and append the worker to its worker_ids."""
+    def record_start(self, result_id: str, worker_id: str, now: datetime) -> Result | None:
+        """Mark a result RUNNING, keep its first start, append the worker to its worker_ids;
+        return the row as written (None if there is none). One statement."""
         db = router.db_for_write(self.model)
-        with transaction.atomic(using=db):
-            row = self.using(db).select_for_update().filter(pk=result_id).first()
-            if row is None:
-                return
-            row.status = "RUNNING"
-            row.started_at = row.started_at or now
-            row.last_attempted_at = now
-            row.worker_ids = [*row.worker_ids, worker_id]
-            row.save(update_fields=["status", "started_at", "last_attempted_at", "worker_ids"])
+        started: Result | None = start_result(db, result_id, worker_id, now)
+        return started
 
-    def record_success(self, result_id: str, return_value: Any, now: datetime) -> None:
-        self.filter(pk=result_id).update(
-            status="SUCCESSFUL", return_value=return_value, finished_at=now
-        )
+    def record_successes(self, done: Sequence[tuple[str, Any, datetime]]) -> None:
+        """Finish results as SUCCESSFUL: ``(result id, return value, finished at)`` each, in
+        one statement, in the caller's transaction."""
+        if not done:
+            return
+        rows = [
+            self.model(pk=result_id, status="SUCCESSFUL", return_value=value, finished_at=at)
+            for result_id, value, at in sorted(done, key=lambda item: item[0])
+        ]
+        self.bulk_update(rows, ["status", "return_value", "finished_at"])
 
     def record_failure(
         self, result_id: str, *, exception_class: str, traceback: str, final: bool, now: datetime

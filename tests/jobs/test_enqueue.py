@@ -134,11 +134,28 @@ def test_enqueue_many_inserts_every_call_in_one_statement(
     with django_assert_max_num_queries(5) as captured:
         entries = record.enqueue_many(calls)
 
-    inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("INSERT")]
+    inserts = [q["sql"] for q in captured.captured_queries if "INSERT INTO" in q["sql"]]
     assert len(inserts) == 1, inserts
     assert [e.args for e in entries] == [[f"bulk-{n}"] for n in range(50)]
+    assert [e.pk for e in entries] == sorted(e.pk for e in entries), "ids in call order"
     assert all(e.pk is not None for e in entries), "entries come back with their ids"
     assert Entry.objects.filter(job_name=record.name).count() == 50
+
+
+@pytest.mark.django_db
+def test_on_postgresql_a_single_enqueue_is_one_round_trip(
+    django_assert_num_queries: Any, vendor: str
+) -> None:
+    if vendor != "postgresql":
+        pytest.skip("the one-statement enqueue is PostgreSQL's")
+    Queue.objects.ensure("default")
+
+    # The queue check, the disabled-job check, the insert and the notification: one statement,
+    # and no BEGIN or COMMIT of its own.
+    with django_assert_num_queries(1):
+        entry = record.enqueue("single")
+
+    assert Entry.objects.get(pk=entry.pk).state == "pending"
 
 
 @pytest.mark.django_db

@@ -1,0 +1,136 @@
+"""Waking idle scheduling threads: at once when work arrives, by polling when nothing says so.
+
+``Wakeups`` holds one event per scheduling thread, so one thread clearing its event never eats
+another's wake-up. ``Listener`` is a worker thread that, on PostgreSQL, holds a connection of
+its own in ``LISTEN`` on ``queries.NOTIFY_CHANNEL``: an enqueue that commits a ready entry
+sends ``NOTIFY`` with its queue's name, and the listener wakes the schedulers, which claim
+within milliseconds instead of at their next poll.
+
+Notifications are a shortcut, never the guarantee: a notification lost (the listening
+connection dropped, the server restarted, a pooler in between) only means the entry waits for
+the next poll (``POLL_INTERVAL_SECONDS``). After each (re)connection the listener wakes the
+schedulers once, for whatever arrived while it was not listening.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, router
+
+from django_iq.conf import iq_settings
+from django_iq.models import Entry
+from django_iq.queries import NOTIFY_CHANNEL
+
+logger = logging.getLogger(__name__)
+
+# How long one wait for notifications lasts before the stop flag is looked at again.
+LISTEN_TIMEOUT_SECONDS = 1.0
+# Back-off between attempts to connect again: 0.5 s doubling up to this.
+RECONNECT_MAX_SECONDS = 15.0
+
+
+class Wakeups:
+    """One event per sleeping scheduling thread; ``wake_all()`` sets them all."""
+
+    def __init__(self) -> None:
+        self._events: list[threading.Event] = []
+        self._lock = threading.Lock()
+
+    def event(self) -> threading.Event:
+        event = threading.Event()
+        with self._lock:
+            self._events.append(event)
+        return event
+
+    def wake_all(self) -> None:
+        with self._lock:
+            events = list(self._events)
+        for event in events:
+            event.set()
+
+
+def listening_supported(alias: str | None = None) -> bool:
+    """True where workers can LISTEN (PostgreSQL, with ``LISTEN_NOTIFY`` on)."""
+    alias = alias or router.db_for_write(Entry) or DEFAULT_DB_ALIAS
+    return bool(iq_settings.LISTEN_NOTIFY) and connections[alias].vendor == "postgresql"
+
+
+class Listener:
+    """Call ``on_ready(queue)`` when a queue in ``queues`` (every queue when None) gets ready
+    work, and ``on_ready(None)`` after each connection (work may have come meanwhile)."""
+
+    def __init__(
+        self,
+        queues: Sequence[str] | None,
+        on_ready: Callable[[str | None], None],
+        stopping: threading.Event,
+        alias: str | None = None,
+    ) -> None:
+        self.queues = frozenset(queues) if queues else None
+        self.on_ready = on_ready
+        self.stopping = stopping
+        self.alias = alias or router.db_for_write(Entry) or DEFAULT_DB_ALIAS
+        self.connected = threading.Event()
+        self.received = 0
+
+    def run(self) -> None:
+        """Listen until ``stopping`` is set, connecting again after any failure."""
+        backoff = 0.5
+        while not self.stopping.is_set():
+            wrapper = connections.create_connection(self.alias)
+            try:
+                wrapper.ensure_connection()
+                raw = wrapper.connection
+                raw.autocommit = True
+                raw.cursor().execute(f"LISTEN {NOTIFY_CHANNEL}")
+                self.connected.set()
+                backoff = 0.5
+                logger.debug("listening channel=%s", NOTIFY_CHANNEL)
+                self.on_ready(None)  # anything enqueued while nobody listened
+                for queue in self._notifications(raw):
+                    self.received += 1
+                    if self.queues is None or queue in self.queues:
+                        self.on_ready(queue)
+            except Exception as exc:  # a dropped connection: polling covers the gap
+                self.connected.clear()
+                if self.stopping.is_set():
+                    break
+                logger.warning(
+                    "listening connection lost, polling until it is back "
+                    "error=%s: %s retry_in=%.1fs",
+                    type(exc).__name__,
+                    str(exc).strip()[:200],
+                    backoff,
+                )
+                self.stopping.wait(backoff)
+                backoff = min(RECONNECT_MAX_SECONDS, backoff * 2)
+            finally:
+                self.connected.clear()
+                try:
+                    wrapper.close()
+                except Exception:  # closing a broken connection may fail too: it is gone
+                    logger.debug("closing the listening connection failed", exc_info=True)
+
+    def _notifications(self, raw: Any) -> Iterator[str]:
+        """Yield each notification's payload until ``stopping`` is set; raise if the
+        connection breaks. Works with psycopg 3 and psycopg2."""
+        if callable(getattr(raw, "notifies", None)):  # psycopg 3
+            while not self.stopping.is_set():
+                for notify in raw.notifies(timeout=LISTEN_TIMEOUT_SECONDS):
+                    yield notify.payload
+                if raw.closed or raw.broken:
+                    raise ConnectionError("the listening connection closed")
+            return
+        while not self.stopping.is_set():  # psycopg2
+            readable, _, _ = select.select([raw], [], [], LISTEN_TIMEOUT_SECONDS)
+            if readable:
+                raw.poll()
+                while raw.notifies:
+                    yield raw.notifies.pop(0).payload
+            if raw.closed:
+                raise ConnectionError("the listening connection closed")
