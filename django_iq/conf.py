@@ -43,6 +43,9 @@ SETTINGS: dict[str, Setting] = {
     "PROCESSING_THREADS": Setting(4, (int,), 1, 512, env=True),
     "SCHEDULING_THREADS": Setting(1, (int,), 1, 16, env=True),
     "CLAIM_BATCH_SIZE": Setting(100, (int,), 1, 10_000),
+    # Claims a worker may hold waiting per processing thread, while its jobs are short.
+    "PREFETCH_PER_THREAD": Setting(1, (int,), 0, 64, env=True),
+    "PREFETCH_BELOW_SECONDS": Setting(0.1, (int, float), 0, 3600),
     "POLL_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600, env=True),
     # PostgreSQL: enqueues send NOTIFY and idle workers LISTEN, so a new entry starts within
     # milliseconds; polling every POLL_INTERVAL_SECONDS stays as the fallback.

@@ -93,8 +93,13 @@ class Scheduler:
         idle_threads: Callable[[], int],
         hand_over: Callable[[Claim], None],
         batch_size: int | None = None,
+        detect_idle: bool = True,
     ) -> None:
+        """``detect_idle``: after a pass that claimed nothing, look whether anything claimable
+        is left (``PassResult.is_idle``, what ``--burst`` stops on); a worker that runs until
+        stopped asks nothing."""
         self.worker = worker
+        self.detect_idle = detect_idle
         self.queues = list(queues) if queues else None
         self.governor = governor
         self.picker = picker
@@ -159,9 +164,8 @@ class Scheduler:
                 self.hand_over(claim)
         if claimed:
             return PassResult(claimed, 0.0)
-        return PassResult(
-            0, iq_settings.POLL_INTERVAL_SECONDS, is_idle=not self.has_claimable_work(weights)
-        )
+        is_idle = self.detect_idle and not self.has_claimable_work(weights)
+        return PassResult(0, iq_settings.POLL_INTERVAL_SECONDS, is_idle=is_idle)
 
     def has_claimable_work(self, weights: dict[str, int]) -> bool:
         """True if a served queue has a ready unlocked entry of an enabled job, a due deferred

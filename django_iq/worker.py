@@ -83,17 +83,42 @@ class WorkerProcess(IQProcess):
         # Successes written in batches (one transaction for many jobs) by a thread of its own.
         self.acks = AckWriter(self.name, on_settled=self._released)
         self.ack_backlog_limit = max(64, 8 * self.processing_threads)
+        # The moving average of this worker's job durations (None until one has finished).
+        self._job_seconds: float | None = None
         self._schedulers: list[Scheduler] = []
 
     # -- counters ---------------------------------------------------------------------------
 
     def idle_threads(self) -> int:
-        """Processing threads neither running a claim nor already promised a queued one; none
-        while too many successes wait for the ack writer (the database is slow or away, and
-        every one of them holds a lock)."""
+        """Claims this worker may take now: processing threads neither running a claim nor
+        already promised a queued one, plus the prefetch; none while too many successes wait
+        for the ack writer (the database is slow or away, and every one of them holds a lock)."""
         if self.acks.pending() >= self.ack_backlog_limit:
             return 0
-        return max(0, self.processing_threads - self._busy - self.handover.qsize())
+        capacity = self.processing_threads + self.prefetch()
+        return max(0, capacity - self._busy - self.handover.qsize())
+
+    def prefetch(self) -> int:
+        """Claims that may wait in the hand-over queue beyond one per idle thread: while this
+        worker's jobs are short (their moving average under ``PREFETCH_BELOW_SECONDS``), up to
+        ``PREFETCH_PER_THREAD`` per processing thread, so that one claim statement serves
+        several jobs and a thread that finishes finds its next entry waiting. None before the
+        first job has finished, or while jobs are long: a long entry waits for a thread of
+        the worker that took it, while another worker may have one free."""
+        average = self._job_seconds
+        if average is None or average >= iq_settings.PREFETCH_BELOW_SECONDS:
+            return 0
+        per_thread: int = iq_settings.PREFETCH_PER_THREAD
+        return per_thread * self.processing_threads
+
+    def record_runs(self, queue: str, runs: list[tuple[float, bool]]) -> None:
+        """Record the durations of a claim's runs: fairness, metrics and the prefetch."""
+        for seconds, ok in runs:
+            self.picker.record(queue, seconds)
+            self.tally.add(queue, seconds, ok)
+            average = self._job_seconds
+            # An exponential moving average over about the last ten runs.
+            self._job_seconds = seconds if average is None else average + 0.1 * (seconds - average)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -240,6 +265,7 @@ class WorkerProcess(IQProcess):
             picker=self.picker,
             idle_threads=self.idle_threads,
             hand_over=self._hand_over,
+            detect_idle=self.burst,
         )
         self._schedulers.append(scheduler)
         wake = self.wakeups.event()
@@ -311,9 +337,7 @@ class WorkerProcess(IQProcess):
                     self._busy += 1
                 try:
                     result = processor.run_claim(claim, self.stopping.is_set)
-                    for seconds, ok in result.runs:
-                        self.picker.record(claim.queue, seconds)
-                        self.tally.add(claim.queue, seconds, ok)
+                    self.record_runs(claim.queue, result.runs)
                     with self._busy_lock:
                         self.processed += result.done
                         self.failed += result.failed

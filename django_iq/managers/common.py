@@ -27,20 +27,23 @@ def storable_text(text: str) -> str:
     return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def atomic_retrying(using: str, action: Callable[[], T], what: str) -> T:
+def atomic_retrying(using: str, action: Callable[[], T], what: str, *, atomic: bool = True) -> T:
     """Run ``action`` in a transaction; run it again, after a short random pause, when the
     database chose it as a deadlock victim or it timed out waiting for a lock.
 
     The managers lock rows in one order (see ``lock_in_order``), so a deadlock among them
     cannot happen; one with a transaction of the caller's own can, and is cured here, so no
     operator or worker sees it. Inside a caller's transaction it runs once: only the caller
-    can run its whole transaction again.
+    can run its whole transaction again. ``atomic=False`` is for an action of one statement,
+    which is a transaction on its own.
     """
     if connections[using].in_atomic_block:
         with transaction.atomic(using=using):
             return action()
 
     def run() -> T:
+        if not atomic:
+            return action()
         with transaction.atomic(using=using):
             return action()
 

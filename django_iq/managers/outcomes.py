@@ -16,6 +16,7 @@ from django_iq.appmodels import iq
 from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
 from django_iq.options import JobCatalog
+from django_iq.queries import complete_in_one_statement, supports_single_statement_complete
 from django_iq.states import MIN_PRIORITY, EntryState
 
 if TYPE_CHECKING:
@@ -86,6 +87,18 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         db = router.db_for_write(self.model)
         entry_ids = [success.entry.pk for success in done]
         lock_ids = [success.lock_id for success in done if success.lock_id is not None]
+        plain = all(s.lock_id is not None or not s.entry.group_key for s in done) and not any(
+            s.entry.result_id is not None or s.entry.cron_job_id for s in done
+        )
+        if plain and supports_single_statement_complete(db):
+            # Nothing but deletes: one statement, one round trip.
+            found_locks = atomic_retrying(
+                db,
+                lambda: complete_in_one_statement(db, entry_ids, lock_ids),
+                "complete_many",
+                atomic=False,
+            )
+            return set(lock_ids) - found_locks
 
         def write() -> set[int]:
             now = timezone.now()
