@@ -75,6 +75,10 @@ SETTINGS: dict[str, Setting] = {
     "CRON_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600),
     "PRUNE_INTERVAL_SECONDS": Setting(60.0, (int, float), 0.01, 86_400),
     "PRUNE_BATCH_SIZE": Setting(1000, (int,), 1, 100_000),
+    # PostgreSQL: the leader vacuums a hot table (entries, locks, workers, results) with more
+    # than this many dead rows, and more dead rows than live ones; it looks this often.
+    "VACUUM_INTERVAL_SECONDS": Setting(30.0, (int, float), 0.01, 86_400),
+    "VACUUM_DEAD_ROWS": Setting(10_000, (int,), 1, 1_000_000_000),
     "ERROR_RETENTION_SECONDS": Setting(7 * 86_400.0, (int, float), 1),
     "WORKER_RETENTION_SECONDS": Setting(86_400.0, (int, float), 1),
     # Finished Django Tasks results are kept this long after they finish.

@@ -356,22 +356,32 @@ NOTIFY_CHANNEL = "django_iq"
 # gives them (disabled or not), and each pending one notifies its queue's listeners. No row
 # comes back when the queue does not exist: the caller creates a declared queue and tries
 # again, or refuses the enqueue. One statement is one transaction on its own, so a single
-# enqueue needs no BEGIN and COMMIT of its own.
-ENQUEUE_POSTGRESQL = """
-WITH q AS (
-    SELECT 1 AS present FROM {queue_table} WHERE {queue_name} = %s
-), d AS (
-    SELECT EXISTS (SELECT 1 FROM {disabled_table} WHERE {disabled_job} = %s) AS off
-){results}
+# enqueue needs no BEGIN and COMMIT of its own. One entry (the common case) is a plain
+# INSERT ... SELECT, which PostgreSQL plans as fast as an INSERT ... VALUES; several are
+# read from a VALUES list in call order.
+ENQUEUE_ONE_POSTGRESQL = """{results}
 INSERT INTO {entry_table} ({columns})
-SELECT {selected} FROM (VALUES {rows}) AS v({names}) CROSS JOIN q CROSS JOIN d
+SELECT {values}
+WHERE EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s)
+RETURNING {id}, {state}{notify}
+"""
+ENQUEUE_MANY_POSTGRESQL = """{results}
+INSERT INTO {entry_table} ({columns})
+SELECT {selected} FROM (VALUES {rows}) AS v({names})
+WHERE EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s)
 ORDER BY v.iq_ord
 RETURNING {id}, {state}{notify}
 """
-ENQUEUE_RESULTS_POSTGRESQL = """, r AS (
+ENQUEUE_RESULTS_POSTGRESQL = """WITH r AS (
     INSERT INTO {result_table} ({columns})
-    SELECT {names} FROM (VALUES {rows}) AS v({names}) WHERE EXISTS (SELECT 1 FROM q)
+    SELECT {names} FROM (VALUES {rows}) AS v({names})
+    WHERE EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s)
 )"""
+_DISABLED_OR = (
+    "CASE WHEN EXISTS (SELECT 1 FROM {disabled_table} WHERE {disabled_job} = %s) "
+    "THEN 'disabled' ELSE {value} END"
+)
+_ENQUEUE_SQL: dict[tuple[str, int, int, bool], str] = {}
 
 
 def supports_single_statement_enqueue(using: str) -> bool:
@@ -379,25 +389,82 @@ def supports_single_statement_enqueue(using: str) -> bool:
     return connections[using].vendor == "postgresql"
 
 
-def _typed_values(
-    connection: Any, model: Any, objs: Sequence[Any], *, ordinal: bool = False
-) -> tuple[list[Any], str, str, list[Any]]:
-    """Concrete fields (an auto primary key left out), ``VALUES`` rows with each value cast to
-    its column's type, the column names of the rows, and the parameters."""
+def _stored_fields(model: Any) -> list[Any]:
+    """The fields an insert writes: the concrete ones, an auto primary key left out."""
+    return [f for f in model._meta.concrete_fields if f is not model._meta.auto_field]
+
+
+def _enqueue_sql(connection: Any, rows: int, results: int, notify: bool) -> str:
+    """The enqueue statement for ``rows`` entries and ``results`` result rows, built once."""
+    key = (connection.alias, rows, results, notify)
+    sql = _ENQUEUE_SQL.get(key)
+    if sql is not None:
+        return sql
     quote = connection.ops.quote_name
-    fields = [f for f in model._meta.concrete_fields if f is not model._meta.auto_field]
-    casts = [f"%s::{f.cast_db_type(connection)}" for f in fields]
-    if ordinal:
-        casts.append("%s::integer")
-    row_sql = "(" + ", ".join(casts) + ")"
-    params: list[Any] = []
-    for index, obj in enumerate(objs):
-        for f in fields:
-            params.append(f.get_db_prep_save(getattr(obj, f.attname), connection))
-        if ordinal:
-            params.append(index)
-    names = ", ".join(quote(str(f.column)) for f in fields) + (", iq_ord" if ordinal else "")
-    return fields, ", ".join([row_sql] * len(objs)), names, params
+
+    def col(model: Any, name: str) -> str:
+        return str(quote(str(model._meta.get_field(name).column)))
+
+    def casts(fields: list[Any]) -> list[str]:
+        return [f"%s::{f.cast_db_type(connection)}" for f in fields]
+
+    fields = _stored_fields(iq.Entry)
+    names = [quote(str(f.column)) for f in fields]
+    state = col(iq.Entry, "state")
+    disabled_or = _DISABLED_OR.format(
+        disabled_table=quote(str(iq.DisabledJob._meta.db_table)),
+        disabled_job=col(iq.DisabledJob, "job_name"),
+        value="{value}",
+    )
+    queue_table = quote(str(iq.Queue._meta.db_table))
+    queue_name = col(iq.Queue, "name")
+    results_sql = ""
+    if results:
+        result_fields = _stored_fields(iq.Result)
+        result_names = ", ".join(quote(str(f.column)) for f in result_fields)
+        results_sql = ENQUEUE_RESULTS_POSTGRESQL.format(
+            result_table=quote(str(iq.Result._meta.db_table)),
+            columns=result_names,
+            names=result_names,
+            rows=", ".join(["(" + ", ".join(casts(result_fields)) + ")"] * results),
+            queue_table=queue_table,
+            queue_name=queue_name,
+        )
+    common = {
+        "results": results_sql,
+        "entry_table": quote(str(iq.Entry._meta.db_table)),
+        "columns": ", ".join(names),
+        "queue_table": queue_table,
+        "queue_name": queue_name,
+        "id": col(iq.Entry, "id"),
+        "state": state,
+        "notify": (
+            f", CASE WHEN {state} = 'pending' THEN "
+            f"pg_notify('{NOTIFY_CHANNEL}', {col(iq.Entry, 'queue')})::text END"
+            if notify
+            else ""
+        ),
+    }
+    if rows == 1:
+        values = [
+            disabled_or.format(value=cast) if f.name == "state" else cast
+            for f, cast in zip(fields, casts(fields), strict=True)
+        ]
+        sql = ENQUEUE_ONE_POSTGRESQL.format(values=", ".join(values), **common)
+    else:
+        selected = [
+            disabled_or.format(value=f"v.{name}") if f.name == "state" else f"v.{name}"
+            for f, name in zip(fields, names, strict=True)
+        ]
+        row = "(" + ", ".join([*casts(fields), "%s::integer"]) + ")"
+        sql = ENQUEUE_MANY_POSTGRESQL.format(
+            selected=", ".join(selected),
+            rows=", ".join([row] * rows),
+            names=", ".join([*names, "iq_ord"]),
+            **common,
+        )
+    _ENQUEUE_SQL[key] = sql
+    return sql
 
 
 def enqueue_in_one_statement(
@@ -412,52 +479,29 @@ def enqueue_in_one_statement(
     (unsaved ``Result`` rows) in one statement; return ``(id, state)`` per entry in order,
     or None, with nothing written, if ``queue`` has no row."""
     connection = connections[using]
-    quote = connection.ops.quote_name
-
-    def col(model: Any, name: str) -> str:
-        return quote(str(model._meta.get_field(name).column))
-
-    fields, rows, names, params = _typed_values(connection, iq.Entry, entries, ordinal=True)
-    notify = notifications_on(using)
-    state = col(iq.Entry, "state")
-    selected = ", ".join(
-        f"CASE WHEN d.off THEN 'disabled' ELSE v.{state} END"
-        if f.name == "state"
-        else f"v.{quote(str(f.column))}"
-        for f in fields
-    )
-    results_sql = ""
-    result_params: list[Any] = []
+    params: list[Any] = []
     if results:
-        _, result_rows, result_names, result_params = _typed_values(connection, iq.Result, results)
-        results_sql = ENQUEUE_RESULTS_POSTGRESQL.format(
-            result_table=quote(str(iq.Result._meta.db_table)),
-            columns=result_names,
-            names=result_names,
-            rows=result_rows,
-        )
-    sql = ENQUEUE_POSTGRESQL.format(
-        queue_table=quote(str(iq.Queue._meta.db_table)),
-        queue_name=col(iq.Queue, "name"),
-        disabled_table=quote(str(iq.DisabledJob._meta.db_table)),
-        disabled_job=col(iq.DisabledJob, "job_name"),
-        results=results_sql,
-        entry_table=quote(str(iq.Entry._meta.db_table)),
-        columns=", ".join(quote(str(f.column)) for f in fields),
-        selected=selected,
-        rows=rows,
-        names=names,
-        id=col(iq.Entry, "id"),
-        state=state,
-        notify=(
-            f", CASE WHEN {state} = 'pending' THEN "
-            f"pg_notify('{NOTIFY_CHANNEL}', {col(iq.Entry, 'queue')})::text END"
-            if notify
-            else ""
-        ),
-    )
+        for result in results:
+            params.extend(
+                f.get_db_prep_save(getattr(result, f.attname), connection)
+                for f in _stored_fields(iq.Result)
+            )
+        params.append(queue)
+    fields = _stored_fields(iq.Entry)
+    one = len(entries) == 1
+    if not one:
+        params.append(job_name)  # the disabled-job check comes before the rows
+    for index, entry in enumerate(entries):
+        for f in fields:
+            if f.name == "state" and one:
+                params.append(job_name)
+            params.append(f.get_db_prep_save(getattr(entry, f.attname), connection))
+        if not one:
+            params.append(index)
+    params.append(queue)
+    sql = _enqueue_sql(connection, len(entries), len(results), notifications_on(using))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [queue, job_name, *result_params, *params])
+        cursor.execute(sql, params)
         created = [(row[0], row[1]) for row in cursor.fetchall()]
     return created or None
 
@@ -589,3 +633,88 @@ def complete_in_one_statement(
     with connection.cursor() as cursor:
         cursor.execute(sql, {"entries": sorted(set(entry_ids)), "locks": sorted(set(lock_ids))})
         return {row[0] for row in cursor.fetchall()}
+
+
+# A bulk enqueue of many entries on PostgreSQL goes through COPY: its ids are taken from the
+# table's sequence first (COPY returns nothing), then the rows are streamed, in the caller's
+# transaction. The queue and disabled-job checks are one statement before it.
+COPY_ENQUEUE_MIN_ROWS = 2000
+ENQUEUE_CHECKS_POSTGRESQL = (
+    "SELECT EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s), "
+    "EXISTS (SELECT 1 FROM {disabled_table} WHERE {disabled_job} = %s)"
+)
+
+
+def enqueue_by_copy(
+    using: str, queue: str, job_name: str, entries: Sequence[Any]
+) -> list[tuple[int, str]] | None:
+    """Insert ``entries`` (unsaved ``Entry`` objects of one job and queue) with ``COPY``; return
+    ``(id, state)`` per entry in order, or None, with nothing written, if ``queue`` has no row.
+    Call inside a transaction; pending entries notify their queue when it commits."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    model = iq.Entry
+
+    def col(model: Any, name: str) -> str:
+        return quote(str(model._meta.get_field(name).column))
+
+    table = quote(str(model._meta.db_table))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            ENQUEUE_CHECKS_POSTGRESQL.format(
+                queue_table=quote(str(iq.Queue._meta.db_table)),
+                queue_name=col(iq.Queue, "name"),
+                disabled_table=quote(str(iq.DisabledJob._meta.db_table)),
+                disabled_job=col(iq.DisabledJob, "job_name"),
+            ),
+            [queue, job_name],
+        )
+        queue_exists, disabled = cursor.fetchone()
+        if not queue_exists:
+            return None
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [str(model._meta.db_table), str(model._meta.pk.column), len(entries)],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        fields = model._meta.concrete_fields
+        columns = ", ".join(quote(str(f.column)) for f in fields)
+        state_index = [f.name for f in fields].index("state")
+        pending = False
+        with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for entry, pk in zip(entries, ids, strict=True):
+                entry.pk = pk
+                if disabled:
+                    entry.state = "disabled"
+                pending = pending or entry.state == "pending"
+                row = [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in fields]
+                row[state_index] = entry.state
+                copy.write_row(row)
+    if pending:
+        notify_ready(using, [queue])
+    return [(entry.pk, entry.state) for entry in entries]
+
+
+# Dead rows per table, from PostgreSQL's statistics (what autovacuum reads): every claim, success
+# and heartbeat leaves one, and a queue's hot tables are small but churn all day.
+DEAD_ROWS_POSTGRESQL = (
+    "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)"
+)
+
+
+def dead_rows(using: str, tables: Sequence[str]) -> dict[str, tuple[int, int]] | None:
+    """``{table: (live rows, dead rows)}`` as the server last counted them; None where the
+    database keeps no such statistics (SQLite, MariaDB: their engines clean up as they go)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(DEAD_ROWS_POSTGRESQL, [list(tables)])
+        return {name: (int(live), int(dead)) for name, live, dead in cursor.fetchall()}
+
+
+def vacuum(using: str, table: str) -> None:
+    """``VACUUM (ANALYZE)`` one table; outside any transaction (PostgreSQL refuses it inside)."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")

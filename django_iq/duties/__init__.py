@@ -7,11 +7,12 @@ from django_iq.duties.cron import CronDuty, CronPass
 from django_iq.duties.promotion import PromotionDuty
 from django_iq.duties.pruning import PruningDuty
 from django_iq.duties.recovery import RecoveryDuty, RecoveryPass, diagnose
+from django_iq.duties.vacuum import VacuumDuty, VacuumPass
 
 
 def default_duties() -> list[Duty]:
     """The duties of ``runleader``, in the order each pass runs them."""
-    return [PromotionDuty(), CronDuty(), RecoveryDuty(), PruningDuty()]
+    return [PromotionDuty(), CronDuty(), RecoveryDuty(), PruningDuty(), VacuumDuty()]
 
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "PruningDuty",
     "RecoveryDuty",
     "RecoveryPass",
+    "VacuumDuty",
+    "VacuumPass",
     "default_duties",
     "diagnose",
 ]

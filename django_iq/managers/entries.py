@@ -21,7 +21,9 @@ from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_
 from django_iq.managers.outcomes import EntryOutcomeManager
 from django_iq.options import JobCatalog, JobOptions
 from django_iq.queries import (
+    COPY_ENQUEUE_MIN_ROWS,
     claim_in_one_statement,
+    enqueue_by_copy,
     enqueue_in_one_statement,
     insert_group_locks,
     lock_live_worker,
@@ -206,6 +208,9 @@ class EntryManager(EntryOutcomeManager):
             rows = enqueue_in_one_statement(
                 db, queue, job_name, batch, results=results[start : start + size]
             )
+            return took(batch, rows)
+
+        def took(batch: list[Entry], rows: list[tuple[int, str]] | None) -> bool:
             if rows is None:
                 return False
             for entry, (pk, state) in zip(batch, rows, strict=True):
@@ -216,6 +221,9 @@ class EntryManager(EntryOutcomeManager):
         def insert_all() -> bool:
             if len(entries) <= size:
                 return insert(0)
+            if len(entries) >= COPY_ENQUEUE_MIN_ROWS and not results:
+                with transaction.atomic(using=db):
+                    return took(entries, enqueue_by_copy(db, queue, job_name, entries))
             with transaction.atomic(using=db):
                 for start in range(0, len(entries), size):
                     if not insert(start):

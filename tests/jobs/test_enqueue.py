@@ -20,7 +20,7 @@ from django_iq.exceptions import (
     JobNotRegistered,
     QueueNotFound,
 )
-from django_iq.models import Entry, Queue
+from django_iq.models import DisabledJob, Entry, Queue
 from django_iq.signals import entry_enqueued
 from tests.conftest import SignalRecorder
 from tests.factories import QueueFactory
@@ -388,3 +388,29 @@ def test_the_longest_group_key_is_stored_and_claimed() -> None:
     (claim,) = Entry.objects.claim(None, 10, "default")
 
     assert claim.lock_key == Entry.objects.get(pk=entry.pk).lock_key == "g:" + "k" * 198
+
+
+@pytest.mark.django_db
+def test_a_large_bulk_enqueue_keeps_call_order_states_and_a_new_queue() -> None:
+    # 2,500 calls: PostgreSQL streams them with COPY, the others insert them in batches.
+    calls = [((f"big-{n}",), {}) for n in range(2500)]
+
+    entries = record.using(queue="reports").enqueue_many(calls)
+
+    assert [e.args for e in entries] == [[f"big-{n}"] for n in range(2500)]
+    assert [e.pk for e in entries] == sorted(e.pk for e in entries)
+    stored = dict(Entry.objects.filter(queue_id="reports").values_list("pk", "args"))
+    assert stored == {e.pk: e.args for e in entries}
+    assert {e.state for e in entries} == {"pending"}
+    assert Queue.objects.filter(name="reports").exists(), "the declared queue was created"
+
+
+@pytest.mark.django_db
+def test_a_large_bulk_enqueue_of_a_disabled_job_is_stored_disabled() -> None:
+    DisabledJob.objects.create(job_name=record.name)
+
+    entries = record.enqueue_many([((f"off-{n}",), {}) for n in range(2500)])
+
+    assert {e.state for e in entries} == {"disabled"}
+    assert Entry.objects.disabled().count() == 2500
+    assert not Entry.objects.pending().exists()

@@ -72,6 +72,10 @@ class EntryLife(RuleBasedStateMachine):
         worker = self.workers[index]
         # A live worker heartbeats: without it, an example that runs past the silence limit
         # would claim nothing, and hypothesis would see the same steps behave differently.
+        self.beat(worker)
+        self.claims[worker.pk] += Entry.objects.claim(worker, limit, "default")
+
+    def beat(self, worker: Worker) -> None:
         assert Worker.objects.heartbeat(
             worker,
             busy_threads=0,
@@ -80,7 +84,6 @@ class EntryLife(RuleBasedStateMachine):
             is_throttled=False,
             held_lock_ids=[claim.lock_id for claim in self.claims[worker.pk]],
         )
-        self.claims[worker.pk] += Entry.objects.claim(worker, limit, "default")
 
     def pick(self, position: int) -> tuple[Worker, Claim]:
         held = self.held()
@@ -121,6 +124,11 @@ class EntryLife(RuleBasedStateMachine):
     @rule(index=st.integers(0, 1))
     def a_worker_dies_and_recovery_runs(self, index: int) -> None:
         worker = self.workers[index]
+        # The survivor heartbeats first: only the worker this step kills may look silent, however
+        # long the example has run (otherwise hypothesis sees the same steps behave differently).
+        for other in self.workers:
+            if other.pk != worker.pk:
+                self.beat(other)
         Worker.objects.filter(pk=worker.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
         RecoveryDuty().run_once(timezone.now(), self.leader.fence)
         del self.claims[worker.pk]
