@@ -30,7 +30,7 @@ from django.db import InterfaceError, OperationalError, connections
 from django_iq import signals
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.managers import Claim, Success
-from django_iq.models import Entry
+from django_iq.models import Entry, Result
 from django_iq.registry import catalog
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,16 @@ class Ack:
         return Success(self.entry, self.lock_id, self.return_value, self.finished_at)
 
 
+@dataclass
+class Start:
+    """A Django Tasks result whose start (RUNNING, this worker, the time) is still to be
+    written; ``done`` is set once it is written or given up on."""
+
+    result_id: str
+    at: datetime
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class AckWriter:
     """Collects acknowledgements and writes them in batches from a thread of its own."""
 
@@ -79,6 +89,7 @@ class AckWriter:
         self.on_settled = on_settled
         self.batch_size = batch_size
         self._pending: list[Ack] = []
+        self._starts: list[Start] = []
         self._condition = threading.Condition()
         self._closing = False
         self._writing = 0  # acknowledgements taken from _pending, not yet written
@@ -94,7 +105,17 @@ class AckWriter:
             self._pending.append(ack)
             self._condition.notify()
 
-    def wait_for(self, acks: Iterable[Ack]) -> None:
+    def record_start(self, result_id: str, at: datetime) -> Start:
+        """Have a Tasks result's start written behind the run, in the writer's next round,
+        before any success handed over after it (so a start never overwrites its own end).
+        A failure written by the processing thread waits for it first (``wait_for``)."""
+        start = Start(result_id, at)
+        with self._condition:
+            self._starts.append(start)
+            self._condition.notify()
+        return start
+
+    def wait_for(self, acks: Iterable[Ack | Start]) -> None:
         """Return once each of ``acks`` is written or given up on, or the writer has stopped."""
         for ack in acks:
             while not ack.done.wait(0.5):
@@ -118,13 +139,19 @@ class AckWriter:
         try:
             while True:
                 with self._condition:
-                    while not self._pending and not self._closing:
+                    while not self._pending and not self._starts and not self._closing:
                         self._condition.wait()
-                    if not self._pending:
+                    if not self._pending and not self._starts:
                         return
+                    # Starts taken with the successes handed over after them: written first.
+                    starts, self._starts = self._starts, []
                     batch = self._pending[: self.batch_size]
                     del self._pending[: len(batch)]
                     self._writing = len(batch)
+                if starts:
+                    self._write_starts(starts)
+                if not batch:
+                    continue
                 try:
                     self._write(batch)
                 except Exception:  # the thread must outlive any bug: its claims would hang
@@ -135,6 +162,24 @@ class AckWriter:
                         self._writing = 0
         finally:
             connections.close_all()
+
+    def _write_starts(self, starts: list[Start]) -> None:
+        """Write the starts in one statement; on failure they are given up (the result then
+        shows READY while it runs: its end is written all the same)."""
+        try:
+            with_db_retry(
+                lambda: Result.objects.record_starts(
+                    [(s.result_id, self.worker_name, s.at) for s in starts]
+                ),
+                f"writing {len(starts)} task starts",
+                before_retry=connections.close_all,
+            )
+        except Exception:  # the writer must go on: its successes would wait forever
+            logger.exception("could not write %s task starts", len(starts))
+            connections.close_all()
+        finally:
+            for start in starts:
+                start.done.set()
 
     def _write(self, batch: list[Ack]) -> None:
         """Write ``batch``, retrying while the database is unreachable. Only once the writer is

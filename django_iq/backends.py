@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, cast
 
 from django.apps import apps
@@ -86,9 +87,22 @@ class TaskJob(Job[Any, Any]):
         )
         self.task = task
 
-    def invoke(self, entry: Entry, worker_name: str) -> Any:
+    def invoke(
+        self,
+        entry: Entry,
+        worker_name: str,
+        started: Callable[[str, datetime], None] | None = None,
+    ) -> Any:
         backend = cast("IQBackend", self.task.get_backend())
-        if entry.result_id is not None:
+        if entry.result_id is not None and started is not None and entry.attempts == 0:
+            # A first attempt: the result is as enqueued (READY, no errors, no workers), so it
+            # is built here and its start written behind the run, by the worker's ack writer.
+            now = timezone.now()
+            started(entry.result_id, now)
+            task_result = backend._to_task_result(
+                _first_start(entry, backend, worker_name, now), self.task
+            )
+        elif entry.result_id is not None:
             # The queue's own writes, before the task's body: a database error here is retried,
             # never charged to the task as a failed attempt.
             result_id = entry.result_id
@@ -109,6 +123,25 @@ class TaskJob(Job[Any, Any]):
         else:
             value = self.task.call(*entry.args, **entry.kwargs)
         return normalize_json(value)
+
+
+def _first_start(entry: Entry, backend: IQBackend, worker_name: str, now: datetime) -> Result:
+    """The result of an entry's first attempt as it stands once started, without reading it."""
+    return Result(
+        id=str(entry.result_id),
+        task_path=entry.job_name,
+        backend=backend.alias,
+        queue_name=entry.queue_id,
+        priority=entry.priority,
+        status="RUNNING",
+        args=entry.args,
+        kwargs=entry.kwargs,
+        run_after=entry.run_at if entry.run_at > entry.enqueued_at else None,
+        enqueued_at=entry.enqueued_at,
+        started_at=now,
+        last_attempted_at=now,
+        worker_ids=[worker_name],
+    )
 
 
 def _task_job(task: Task) -> TaskJob:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.acks import Ack, AckWriter
+from django_iq.acks import Ack, AckWriter, Start
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.limits import cut_message, format_failure
@@ -120,12 +120,18 @@ class Processor:
         # Last thing before the body: a connection the server ended while it sat idle is
         # replaced here, so the job's first query does not fail on the queue's account.
         refresh_connections()
+        starts: list[Start] = []
+
+        def start_behind(result_id: str, at: datetime) -> None:
+            starts.append(self.acks.record_start(result_id, at))
+
         try:
-            return_value = job.invoke(entry, self.worker_name)
+            return_value = job.invoke(entry, self.worker_name, start_behind)
         except BaseException as exc:  # the processing boundary: every failure is recorded.
             # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
             # only come from the job itself (signals go to the main thread), so it is the job's
-            # failure, and the thread must survive it.
+            # failure, and the thread must survive it. A start written behind goes first.
+            self.acks.wait_for(starts)
             self._failed(entry, lock_id, written, job, exc)
             return None
         ack = Ack(

@@ -718,3 +718,69 @@ def vacuum(using: str, table: str) -> None:
     connection = connections[using]
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
+
+
+# Finish many Tasks results as SUCCESSFUL in one statement on PostgreSQL, each with its own
+# return value and time (elsewhere Django's bulk_update writes a CASE per column).
+FINISH_RESULTS_POSTGRESQL = (
+    "UPDATE {table} r SET {status} = 'SUCCESSFUL', {return_value} = v.value, "
+    "{finished_at} = v.at FROM (VALUES {rows}) AS v(id, value, at) WHERE r.{id} = v.id"
+)
+
+
+def finish_results(using: str, done: Sequence[tuple[str, Any, Any]]) -> bool:
+    """Write ``(result id, return value, finished at)`` as SUCCESSFUL in one statement; return
+    False where this takes the ORM instead (not PostgreSQL)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return False
+    quote = connection.ops.quote_name
+    model = iq.Result
+    column = {f.name: quote(str(f.column)) for f in model._meta.concrete_fields}
+    value_field = model._meta.get_field("return_value")
+    at_field = model._meta.get_field("finished_at")
+    sql = FINISH_RESULTS_POSTGRESQL.format(
+        table=quote(str(model._meta.db_table)),
+        rows=", ".join(["(%s::varchar, %s::jsonb, %s::timestamptz)"] * len(done)),
+        **column,
+    )
+    params: list[Any] = []
+    for result_id, value, at in done:
+        params.append(result_id)
+        params.append(value_field.get_db_prep_save(value, connection))
+        params.append(at_field.get_db_prep_save(at, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return True
+
+
+START_RESULTS_POSTGRESQL = (
+    "UPDATE {table} r SET {status} = 'RUNNING', {started_at} = COALESCE(r.{started_at}, v.at), "
+    "{last_attempted_at} = v.at, {worker_ids} = r.{worker_ids} || jsonb_build_array(v.worker) "
+    "FROM (VALUES {rows}) AS v(id, worker, at) WHERE r.{id} = v.id"
+)
+
+
+def start_results(using: str, starts: Sequence[tuple[str, str, Any]]) -> bool:
+    """``start_result`` of many ``(result id, worker id, time)`` in one statement; return False
+    where this takes one statement per result instead (not PostgreSQL)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return False
+    if not starts:
+        return True
+    quote = connection.ops.quote_name
+    model = iq.Result
+    column = {f.name: quote(str(f.column)) for f in model._meta.concrete_fields}
+    at_field = model._meta.get_field("started_at")
+    sql = START_RESULTS_POSTGRESQL.format(
+        table=quote(str(model._meta.db_table)),
+        rows=", ".join(["(%s::varchar, %s::text, %s::timestamptz)"] * len(starts)),
+        **column,
+    )
+    params: list[Any] = []
+    for result_id, worker_id, at in starts:
+        params.extend((result_id, worker_id, at_field.get_db_prep_save(at, connection)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return True

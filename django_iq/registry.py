@@ -9,6 +9,7 @@ import inspect
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from asgiref.sync import async_to_sync
@@ -79,10 +80,17 @@ class Job(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
-    def invoke(self, entry: Entry, worker_name: str) -> Any:
+    def invoke(
+        self,
+        entry: Entry,
+        worker_name: str,
+        started: Callable[[str, datetime], None] | None = None,
+    ) -> Any:
         """Run the job for ``entry`` in a processing thread and return what it returned.
 
-        Coroutine functions run to completion in an event loop of their own.
+        Coroutine functions run to completion in an event loop of their own. ``started(result
+        id, time)``, when given, records a Django Tasks result's start behind the run (see
+        ``acks.AckWriter.record_start``); plain jobs have no result to start.
         """
         if self.is_async:
             return async_to_sync(cast(Any, self.func))(*entry.args, **entry.kwargs)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import models, router
 
-from django_iq.queries import start_result
+from django_iq.queries import finish_results, start_result, start_results
 
 if TYPE_CHECKING:
     from django_iq.models import Result
@@ -24,14 +24,26 @@ class ResultManager(models.Manager["Result"]):
         started: Result | None = start_result(db, result_id, worker_id, now)
         return started
 
+    def record_starts(self, starts: Sequence[tuple[str, str, datetime]]) -> None:
+        """``record_start`` of many ``(result id, worker id, time)``: one statement on
+        PostgreSQL, in id order."""
+        ordered = sorted(starts, key=lambda item: item[0])
+        if start_results(self.db, ordered):
+            return
+        for result_id, worker_id, now in ordered:
+            start_result(self.db, result_id, worker_id, now)
+
     def record_successes(self, done: Sequence[tuple[str, Any, datetime]]) -> None:
         """Finish results as SUCCESSFUL: ``(result id, return value, finished at)`` each, in
         one statement, in the caller's transaction."""
         if not done:
             return
+        ordered = sorted(done, key=lambda item: item[0])
+        if finish_results(self.db, ordered):
+            return
         rows = [
             self.model(pk=result_id, status="SUCCESSFUL", return_value=value, finished_at=at)
-            for result_id, value, at in sorted(done, key=lambda item: item[0])
+            for result_id, value, at in ordered
         ]
         self.bulk_update(rows, ["status", "return_value", "finished_at"])
 

@@ -102,6 +102,8 @@ def test_failed_task_keeps_errors_and_final_status() -> None:
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert len(result.errors) == 3
+    # The first start is written behind the run, the failure after it: no attempt is lost.
+    assert len(result.worker_ids) == 3 and result.started_at is not None
     assert result.errors[-1].exception_class_path == "builtins.ValueError"
     assert "ValueError: boom" in result.errors[-1].traceback
     assert result.errors[-1].exception_class is ValueError
