@@ -44,7 +44,8 @@ SETTINGS: dict[str, Setting] = {
     "SCHEDULING_THREADS": Setting(1, (int,), 1, 16, env=True),
     "CLAIM_BATCH_SIZE": Setting(100, (int,), 1, 10_000),
     # Claims a worker may hold waiting per processing thread, while its jobs are short.
-    "PREFETCH_PER_THREAD": Setting(1, (int,), 0, 64, env=True),
+    # Celery's default prefetch multiplier is 4 too; here it applies to short jobs only.
+    "PREFETCH_PER_THREAD": Setting(4, (int,), 0, 64, env=True),
     "PREFETCH_BELOW_SECONDS": Setting(0.1, (int, float), 0, 3600),
     "POLL_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600, env=True),
     # PostgreSQL: enqueues send NOTIFY and idle workers LISTEN, so a new entry starts within

@@ -18,12 +18,12 @@ def test_before_any_job_has_finished_nothing_is_prefetched() -> None:
     assert w.idle_threads() == 4
 
 
-def test_short_jobs_let_one_claim_per_thread_wait() -> None:
+def test_short_jobs_let_four_claims_per_thread_wait() -> None:
     w = worker()
     w.record_runs("default", [(0.002, True)] * 5)
 
-    assert w.prefetch() == 4
-    assert w.idle_threads() == 8
+    assert w.prefetch() == 16
+    assert w.idle_threads() == 20
 
 
 def test_long_jobs_stop_the_prefetch_once_the_average_rises() -> None:
