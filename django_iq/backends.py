@@ -125,22 +125,44 @@ class TaskJob(Job[Any, Any]):
         return normalize_json(value)
 
 
-def _first_start(entry: Entry, backend: IQBackend, worker_name: str, now: datetime) -> Result:
-    """The result of an entry's first attempt as it stands once started, without reading it."""
+def _running(
+    entry: Entry,
+    *,
+    result_id: str,
+    task_path: str,
+    backend: str,
+    worker_ids: list[str],
+    now: datetime,
+    run_after: datetime | None = None,
+) -> Result:
+    """A RUNNING result for ``entry`` built in memory, without reading or writing it."""
     return Result(
-        id=str(entry.result_id),
-        task_path=entry.job_name,
-        backend=backend.alias,
+        id=result_id,
+        task_path=task_path,
+        backend=backend,
         queue_name=entry.queue_id,
         priority=entry.priority,
         status="RUNNING",
         args=entry.args,
         kwargs=entry.kwargs,
-        run_after=entry.run_at if entry.run_at > entry.enqueued_at else None,
+        run_after=run_after,
         enqueued_at=entry.enqueued_at,
         started_at=now,
         last_attempted_at=now,
+        worker_ids=worker_ids,
+    )
+
+
+def _first_start(entry: Entry, backend: IQBackend, worker_name: str, now: datetime) -> Result:
+    """The result of an entry's first attempt as it stands once started (it is as enqueued)."""
+    return _running(
+        entry,
+        result_id=str(entry.result_id),
+        task_path=entry.job_name,
+        backend=backend.alias,
         worker_ids=[worker_name],
+        now=now,
+        run_after=entry.run_at if entry.run_at > entry.enqueued_at else None,
     )
 
 
@@ -227,20 +249,13 @@ class IQBackend(BaseTaskBackend):
 
     def result_for(self, task: Task, entry: Entry, worker_name: str) -> TaskResult:
         """A RUNNING result for an entry that has no stored result (enqueued as a plain job)."""
-        now = timezone.now()
-        row = Result(
-            id=f"entry-{entry.pk}",
+        row = _running(
+            entry,
+            result_id=f"entry-{entry.pk}",
             task_path=task.module_path,
             backend=self.alias,
-            queue_name=entry.queue_id,
-            priority=entry.priority,
-            status="RUNNING",
-            args=entry.args,
-            kwargs=entry.kwargs,
-            enqueued_at=entry.enqueued_at,
-            started_at=now,
-            last_attempted_at=now,
             worker_ids=[worker_name] * (entry.attempts + 1),
+            now=timezone.now(),
         )
         return self._to_task_result(row, task)
 

@@ -148,7 +148,7 @@ class IQProcess:
                 connections.close_all()
                 if last_try:
                     logger.exception("could not mark stopped name=%s", self.name)
-            except Exception:
+            except Exception:  # safe: logged, and an unmarked row is recovered as a silent worker
                 logger.exception("could not mark stopped name=%s", self.name)
                 break
         connections.close_all()

@@ -38,7 +38,7 @@ def test_backends_of_workers_and_leader_terminated_in_rounds(verdicts: list[Verd
     killed = 0
     for _ in range(5):
         killed += terminate_backends()
-        time.sleep(rng.uniform(0.3, 1.0))
+        time.sleep(rng.uniform(0.3, 1.0))  # a random moment between faults is the point
     wait_for_all(tokens, timeout=180)
     assert all(p.poll() is None for p in [*workers, leader]), "every process survived"
     stop_all([*workers, leader])

@@ -69,10 +69,10 @@ def test_the_active_leader_killed_during_its_duties_a_standby_takes_over(
             # A worker dies too: recovery has its locks to release when the leader is killed.
             windows.append(kill_hard(workers[0]))
             workers[0] = start_worker("--threads", "3", env=env)
-        time.sleep(rng.uniform(0.2, 1.0))
+        time.sleep(rng.uniform(0.2, 1.0))  # a random moment between faults is the point
         windows.append(kill_hard(current))
         leaders[leaders.index(current)] = start_leader(env=env)
-        time.sleep(rng.uniform(1.0, 2.0))
+        time.sleep(rng.uniform(1.0, 2.0))  # a random moment between faults is the point
     # Elected once, then taken over after each of the three kills.
     wait_until(lambda: LeaderLease.objects.get().epoch >= 4, timeout=20, message="takeovers")
     wait_for_all(tokens | {CRON_TOKEN}, timeout=120)

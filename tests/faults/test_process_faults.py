@@ -91,7 +91,7 @@ def test_workers_and_children_killed_at_random_moments(verdicts: list[Verdict]) 
     leader = start_leader()
     windows: list[FaultWindow] = []
     for round_number in range(6):
-        time.sleep(rng.uniform(0.5, 1.5))
+        time.sleep(rng.uniform(0.5, 1.5))  # a random moment between faults is the point
         if round_number % 2 and children(supervised):
             windows.append(kill_pid(rng.choice(children(supervised))))  # the supervisor restarts it
         else:

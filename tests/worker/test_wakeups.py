@@ -182,7 +182,7 @@ def test_a_dropped_listening_connection_is_replaced_and_nothing_waits_for_a_poll
             timeout=30,
             message="a new listening connection",
         )
-        time.sleep(0.3)
+        time.sleep(0.3)  # its reconnect wake-up pass is over: the next start is woken by NOTIFY
         after = start_delay("after-reconnecting")
     finally:
         output = stop(worker)
