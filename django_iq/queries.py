@@ -154,7 +154,31 @@ def claim_in_one_statement(
     Return ``(entry, lock id)`` pairs in claim order; entries are ``Entry`` instances. Nothing
     is claimed for a worker that is stopped or silent for ``silent_after_seconds``.
     """
+    params = {
+        "queue": queue,
+        "worker": worker_id,
+        "limit": limit,
+        "silent_seconds": silent_after_seconds,
+    }
+    with connections[using].cursor() as cursor:
+        cursor.execute(claim_sql(using, with_worker=worker_id is not None), params)
+        rows = cursor.fetchall()
+    return [(_instance(using, iq.Entry, row[:-1]), row[-1]) for row in rows]
 
+
+def claim_sql(using: str, *, with_worker: bool) -> str:
+    """``CLAIM_POSTGRESQL`` for this connection's table and column names; parameters
+    ``queue``, ``worker``, ``limit`` and ``silent_seconds``. Built once per alias."""
+    sql = _CLAIM_SQL.get((using, with_worker))
+    if sql is None:
+        sql = _CLAIM_SQL[(using, with_worker)] = _build_claim_sql(using, with_worker)
+    return sql
+
+
+_CLAIM_SQL: dict[tuple[str, bool], str] = {}
+
+
+def _build_claim_sql(using: str, with_worker: bool) -> str:
     connection = connections[using]
     quote = connection.ops.quote_name
 
@@ -162,12 +186,12 @@ def claim_in_one_statement(
         return quote(str(model._meta.get_field(name).column))
 
     fields = iq.Entry._meta.concrete_fields
-    sql = CLAIM_POSTGRESQL.format(
+    return CLAIM_POSTGRESQL.format(
         worker_table=quote(str(iq.Worker._meta.db_table)),
         worker_id=col(iq.Worker, "id"),
         stopped_at=col(iq.Worker, "stopped_at"),
         heartbeat_at=col(iq.Worker, "heartbeat_at"),
-        worker_check="TRUE" if worker_id is None else "EXISTS (SELECT 1 FROM w)",
+        worker_check="EXISTS (SELECT 1 FROM w)" if with_worker else "TRUE",
         queue_table=quote(str(iq.Queue._meta.db_table)),
         queue_name=col(iq.Queue, "name"),
         is_paused=col(iq.Queue, "is_paused"),
@@ -190,16 +214,6 @@ def claim_in_one_statement(
         disabled_job=col(iq.DisabledJob, "job_name"),
         entry_columns=", ".join(f"e.{quote(str(f.column))}" for f in fields),
     )
-    params = {
-        "queue": queue,
-        "worker": worker_id,
-        "limit": limit,
-        "silent_seconds": silent_after_seconds,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    return [(_instance(using, iq.Entry, row[:-1]), row[-1]) for row in rows]
 
 
 # A shared row lock: it lets claims of one worker run side by side and makes an UPDATE of the

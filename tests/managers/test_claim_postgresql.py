@@ -41,3 +41,40 @@ def test_single_statement_claim_respects_pause_cap_and_existing_locks() -> None:
 
     rest = Entry.objects.claim(None, 10, "default", is_capped=False)
     assert sorted(e.args[0] for c in rest for e in c.entries) == ["t1", "t2"]
+
+
+def test_the_claim_reads_a_queue_in_claim_order_even_with_stale_statistics() -> None:
+    """Statistics taken while the queue was empty make PostgreSQL expect one row; the claim
+    must still walk an index in its own order and stop at the limit, not read the whole queue
+    and sort it (that made claims 50x slower behind a burst of enqueues)."""
+    from django.db import connection
+
+    from django_iq.queries import claim_sql
+
+    Queue.objects.get_or_create(name="other")
+    record.using(queue="other").enqueue_many([((f"o{i}",), {}) for i in range(500)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_iq_entry")
+    record.enqueue_many([((f"t{i}",), {}) for i in range(2000)])
+    params = {"queue": "default", "worker": None, "limit": 4, "silent_seconds": 30}
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + claim_sql("default", with_worker=False), params
+        )
+        (plan,) = cursor.fetchone()[0]
+
+    scans = list(_nodes(plan["Plan"], "Relation Name", "django_iq_entry"))
+    by_queue = [n for n in scans if "queue" in n.get("Index Cond", "")]
+    assert by_queue, plan
+    assert all(n["Actual Rows"] <= 4 for n in by_queue), [
+        (n.get("Index Name"), n["Actual Rows"]) for n in by_queue
+    ]
+    assert not [n for n in _nodes(plan["Plan"], "Node Type", "Sort") if n["Actual Rows"] > 4]
+
+
+def _nodes(node: dict, key: str, value: str):
+    if node.get(key) == value:
+        yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child, key, value)
