@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 # At most this many acknowledgements per transaction.
 ACK_BATCH_SIZE = 500
+# A Tasks result's start waits this long for its success, so that a short task's result is
+# written once (start and end together), not twice. Longer tasks get theirs written alone.
+START_HOLD_SECONDS = 0.05
 
 
 def log_lock_lost(entry: Entry) -> None:
@@ -60,8 +64,8 @@ class Ack:
     # Set once the success is written or given up on.
     done: threading.Event = field(default_factory=threading.Event)
 
-    def success(self) -> Success:
-        return Success(self.entry, self.lock_id, self.return_value, self.finished_at)
+    def success(self, started: tuple[datetime, str] | None = None) -> Success:
+        return Success(self.entry, self.lock_id, self.return_value, self.finished_at, started)
 
 
 @dataclass
@@ -72,6 +76,7 @@ class Start:
     result_id: str
     at: datetime
     done: threading.Event = field(default_factory=threading.Event)
+    queued: float = field(default_factory=time.monotonic)
 
 
 class AckWriter:
@@ -92,6 +97,7 @@ class AckWriter:
         self._starts: list[Start] = []
         self._condition = threading.Condition()
         self._closing = False
+        self._flush_starts = False  # a failure waits for a start: write it now
         self._writing = 0  # acknowledgements taken from _pending, not yet written
         self._thread: threading.Thread | None = None
         self.written = 0
@@ -117,6 +123,11 @@ class AckWriter:
 
     def wait_for(self, acks: Iterable[Ack | Start]) -> None:
         """Return once each of ``acks`` is written or given up on, or the writer has stopped."""
+        acks = list(acks)
+        if any(isinstance(ack, Start) and not ack.done.is_set() for ack in acks):
+            with self._condition:
+                self._flush_starts = True
+                self._condition.notify()
         for ack in acks:
             while not ack.done.wait(0.5):
                 if self._thread is not None and not self._thread.is_alive():
@@ -139,29 +150,58 @@ class AckWriter:
         try:
             while True:
                 with self._condition:
-                    while not self._pending and not self._starts and not self._closing:
-                        self._condition.wait()
+                    while not self._pending and not self._closing:
+                        if self._starts:
+                            if self._flush_starts:
+                                break
+                            held = self._starts[0].queued + START_HOLD_SECONDS - time.monotonic()
+                            if held <= 0:
+                                break
+                            self._condition.wait(held)
+                        else:
+                            self._condition.wait()
                     if not self._pending and not self._starts:
                         return
-                    # Starts taken with the successes handed over after them: written first.
+                    # Starts taken with the successes handed over after them: a start whose
+                    # success is in the batch is written with it, the others first.
                     starts, self._starts = self._starts, []
+                    self._flush_starts = False
                     batch = self._pending[: self.batch_size]
                     del self._pending[: len(batch)]
                     self._writing = len(batch)
+                folded = self._fold(starts, batch)
                 if starts:
                     self._write_starts(starts)
                 if not batch:
                     continue
                 try:
-                    self._write(batch)
+                    self._write(batch, folded)
                 except Exception:  # the thread must outlive any bug: its claims would hang
                     logger.exception("ack writer failed on %s finished jobs", len(batch))
                     self._release(batch, written=False)
                 finally:
+                    for start in folded.values():
+                        start.done.set()
                     with self._condition:
                         self._writing = 0
         finally:
             connections.close_all()
+
+    @staticmethod
+    def _fold(starts: list[Start], batch: list[Ack]) -> dict[int, Start]:
+        """Take out of ``starts`` those whose success is in ``batch``: by ack, the start to
+        write with it."""
+        if not starts:
+            return {}
+        waiting = {start.result_id: start for start in starts}
+        folded = {}
+        for ack in batch:
+            result_id = ack.entry.result_id
+            if result_id is not None and result_id in waiting:
+                folded[id(ack)] = waiting.pop(result_id)
+        if folded:
+            starts[:] = [start for start in starts if start.result_id in waiting]
+        return folded
 
     def _write_starts(self, starts: list[Start]) -> None:
         """Write the starts in one statement; on failure they are given up (the result then
@@ -181,13 +221,19 @@ class AckWriter:
             for start in starts:
                 start.done.set()
 
-    def _write(self, batch: list[Ack]) -> None:
-        """Write ``batch``, retrying while the database is unreachable. Only once the writer is
-        closing does it give up (after three tries): the entries then run again after recovery."""
+    def _write(self, batch: list[Ack], folded: dict[int, Start] | None = None) -> None:
+        """Write ``batch`` (with the starts ``folded`` into it), retrying while the database is
+        unreachable. Only once the writer is closing does it give up (after three tries): the
+        entries then run again after recovery."""
+        folded = folded or {}
+        successes = [self._success(ack, folded) for ack in batch]
+
+        results: list[Result] = []
 
         def write() -> set[int]:
             refresh_connections()
-            return Entry.objects.complete_many([ack.success() for ack in batch], jobs=catalog)
+            results.clear()
+            return Entry.objects.complete_many(successes, jobs=catalog, written_results=results)
 
         try:
             # Short waits: while successes wait, their entries stay locked and claiming stops,
@@ -213,19 +259,24 @@ class AckWriter:
         except Exception:  # one bad row must not cost the batch: write them one by one
             logger.exception("could not write %s finished jobs together", len(batch))
             connections.close_all()
-            self._write_one_by_one(batch)
+            self._write_one_by_one(batch, folded)
             return
         self.written += len(batch)
         for ack in batch:
             if ack.lock_id is not None and ack.lock_id in lost:
                 log_lock_lost(ack.entry)
-        self._release(batch, written=True)
+        self._release(batch, written=True, results=results)
 
-    def _write_one_by_one(self, batch: list[Ack]) -> None:
+    def _success(self, ack: Ack, folded: dict[int, Start]) -> Success:
+        start = folded.get(id(ack))
+        return ack.success(None if start is None else (start.at, self.worker_name))
+
+    def _write_one_by_one(self, batch: list[Ack], folded: dict[int, Start]) -> None:
         for ack in batch:
             try:
                 refresh_connections()
-                if ack.lock_id in Entry.objects.complete_many([ack.success()], jobs=catalog):
+                success = self._success(ack, folded)
+                if ack.lock_id in Entry.objects.complete_many([success], jobs=catalog):
                     log_lock_lost(ack.entry)
             except Exception:  # safe: the claim is released below, and recovery reruns the entry
                 logger.exception(
@@ -238,13 +289,14 @@ class AckWriter:
                 self.written += 1
                 self._release([ack], written=True)
 
-    def _release(self, batch: list[Ack], *, written: bool) -> None:
+    def _release(self, batch: list[Ack], *, written: bool, results: Iterable[Result] = ()) -> None:
         if written and signals.entries_finished.receivers:
             signals.send(
                 signals.entries_finished,
                 Entry,
                 entries=[ack.entry for ack in batch],
                 worker_name=self.worker_name,
+                results={result.pk: result for result in results},
             )
         for ack in batch:
             try:

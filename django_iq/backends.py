@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
@@ -260,9 +260,15 @@ class IQBackend(BaseTaskBackend):
         return self._to_task_result(row, task)
 
     def _to_task_result(self, row: Result, task: Task) -> TaskResult:
-        task = Task.using(
-            task, queue_name=row.queue_name, priority=row.priority, run_after=row.run_after
-        )
+        if (task.queue_name, task.priority, task.run_after) != (
+            row.queue_name,
+            row.priority,
+            row.run_after,
+        ):
+            # A copy (validated again) only where the call changed them with ``using()``.
+            task = Task.using(
+                task, queue_name=row.queue_name, priority=row.priority, run_after=row.run_after
+            )
         result: Any = TaskResult(
             task=task,
             id=row.pk,
@@ -304,9 +310,9 @@ class IQBackend(BaseTaskBackend):
         return messages
 
 
-def _finished(entries: Iterable[Entry]) -> None:
-    """Send ``task_finished`` for the entries of tasks among ``entries``, their results read
-    in one query."""
+def _finished(entries: Iterable[Entry], written: Mapping[str, Result] | None = None) -> None:
+    """Send ``task_finished`` for the entries of tasks among ``entries``, their results taken
+    from ``written`` (as the write returned them) or read in one query."""
     tasks = {}
     for entry in entries:
         job = registered_jobs().get(entry.job_name)
@@ -314,7 +320,11 @@ def _finished(entries: Iterable[Entry]) -> None:
             tasks[entry.result_id] = job.task
     if not tasks:
         return
-    for row in Result.objects.filter(pk__in=list(tasks)).order_by("pk"):
+    rows = [written[pk] for pk in sorted(tasks) if written and pk in written]
+    unread = sorted(pk for pk in tasks if not written or pk not in written)
+    if unread:
+        rows.extend(Result.objects.filter(pk__in=unread).order_by("pk"))
+    for row in rows:
         task = tasks[row.pk]
         backend = cast("IQBackend", task.get_backend())
         task_result = backend._to_task_result(row, task)
@@ -322,8 +332,10 @@ def _finished(entries: Iterable[Entry]) -> None:
 
 
 @receiver(signals.entries_finished)
-def _send_task_finished(sender: Any, entries: list[Entry], **kwargs: Any) -> None:
-    _finished(entries)
+def _send_task_finished(
+    sender: Any, entries: list[Entry], results: Mapping[str, Result] | None = None, **kwargs: Any
+) -> None:
+    _finished(entries, results)
 
 
 @receiver(signals.entry_failed)

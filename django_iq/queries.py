@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
@@ -621,9 +623,41 @@ WITH le AS (
     ORDER BY {lock_id} FOR UPDATE
 ), dl AS (
     DELETE FROM {lock_table} g USING ll WHERE g.{lock_id} = ll.{lock_id} RETURNING g.{lock_id}
-)
-SELECT {lock_id} FROM dl
+){results}
+{select}
 """
+COMPLETE_SELECT = "SELECT {lock_id} FROM dl"
+# With results: the deleted lock ids as one array, then the results as written, one per row.
+COMPLETE_SELECT_WITH_RESULTS = (
+    "SELECT (SELECT ARRAY_AGG({lock_id}) FROM dl), ur.* FROM (SELECT 1) AS one LEFT JOIN ur ON TRUE"
+)
+# The Django Tasks results of the finished entries, in the same statement: SUCCESSFUL with
+# their return values, and, for a first attempt whose start was not written yet, the start too
+# (first start kept, this worker appended), so a short task's result is written once.
+COMPLETE_RESULTS_POSTGRESQL = """, ur AS (
+    UPDATE {table} r SET {status} = 'SUCCESSFUL', {return_value} = v.value::jsonb,
+        {finished_at} = v.at, {started_at} = COALESCE(r.{started_at}, v.started),
+        {last_attempted_at} = COALESCE(v.started, r.{last_attempted_at}),
+        {worker_ids} = CASE WHEN v.worker IS NULL THEN r.{worker_ids}
+                       ELSE r.{worker_ids} || jsonb_build_array(v.worker) END
+    FROM unnest(%(r_ids)s::varchar[], %(r_values)s::text[], %(r_ats)s::timestamptz[],
+                %(r_started)s::timestamptz[], %(r_workers)s::text[])
+         AS v(id, value, at, started, worker)
+    WHERE r.{id} = v.id AND (SELECT COUNT(*) FROM de) >= 0
+    RETURNING {columns}
+)"""
+_COMPLETE_SQL: dict[tuple[str, bool], str] = {}
+
+
+@dataclass(frozen=True)
+class ResultDone:
+    """A Tasks result to write as SUCCESSFUL; ``started``/``worker``: a start not yet written."""
+
+    result_id: str
+    return_value: Any
+    at: datetime
+    started: datetime | None = None
+    worker: str | None = None
 
 
 def supports_single_statement_complete(using: str) -> bool:
@@ -632,21 +666,66 @@ def supports_single_statement_complete(using: str) -> bool:
 
 
 def complete_in_one_statement(
-    using: str, entry_ids: Sequence[int], lock_ids: Sequence[int]
-) -> set[int]:
-    """Delete finished entries and the group locks of the claims they ended, in one statement;
-    return the lock ids that were deleted."""
+    using: str,
+    entry_ids: Sequence[int],
+    lock_ids: Sequence[int],
+    results: Sequence[ResultDone] = (),
+) -> tuple[set[int], list[Any]]:
+    """Delete finished entries and the group locks of the claims they ended, and finish their
+    Tasks ``results``, in one statement; return the lock ids that were deleted and the
+    ``Result`` rows as written."""
     connection = connections[using]
-    quote = connection.ops.quote_name
-    sql = COMPLETE_POSTGRESQL.format(
-        entry_table=quote(str(iq.Entry._meta.db_table)),
-        entry_id=quote(str(iq.Entry._meta.pk.column)),
-        lock_table=quote(str(iq.GroupLock._meta.db_table)),
-        lock_id=quote(str(iq.GroupLock._meta.pk.column)),
-    )
+    params: dict[str, Any] = {
+        "entries": sorted(set(entry_ids)),
+        "locks": sorted(set(lock_ids)),
+    }
+    if results:
+        encoder = iq.Result._meta.get_field("return_value").encoder
+        ordered = sorted(results, key=lambda r: r.result_id)
+        params.update(
+            r_ids=[r.result_id for r in ordered],
+            r_values=[json.dumps(r.return_value, cls=encoder) for r in ordered],
+            r_ats=[r.at for r in ordered],
+            r_started=[r.started for r in ordered],
+            r_workers=[r.worker for r in ordered],
+        )
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"entries": sorted(set(entry_ids)), "locks": sorted(set(lock_ids))})
-        return {row[0] for row in cursor.fetchall()}
+        cursor.execute(_complete_sql(connection, bool(results)), params)
+        rows = cursor.fetchall()
+    if not results:
+        return {row[0] for row in rows}, []
+    locks = set(rows[0][0] or ()) if rows else set()
+    written = [_instance(using, iq.Result, row[1:]) for row in rows if row[1] is not None]
+    return locks, written
+
+
+def _complete_sql(connection: Any, with_results: bool) -> str:
+    key = (connection.alias, with_results)
+    sql = _COMPLETE_SQL.get(key)
+    if sql is None:
+        quote = connection.ops.quote_name
+        lock_id = quote(str(iq.GroupLock._meta.pk.column))
+        results = ""
+        if with_results:
+            fields = iq.Result._meta.concrete_fields
+            column = {f.name: quote(str(f.column)) for f in fields}
+            results = COMPLETE_RESULTS_POSTGRESQL.format(
+                table=quote(str(iq.Result._meta.db_table)),
+                columns=", ".join(f"r.{quote(str(f.column))}" for f in fields),
+                **column,
+            )
+        sql = COMPLETE_POSTGRESQL.format(
+            entry_table=quote(str(iq.Entry._meta.db_table)),
+            entry_id=quote(str(iq.Entry._meta.pk.column)),
+            lock_table=quote(str(iq.GroupLock._meta.db_table)),
+            lock_id=lock_id,
+            results=results,
+            select=(COMPLETE_SELECT_WITH_RESULTS if with_results else COMPLETE_SELECT).format(
+                lock_id=lock_id
+            ),
+        )
+        _COMPLETE_SQL[key] = sql
+    return sql
 
 
 # A bulk enqueue of many entries on PostgreSQL goes through COPY: its ids are taken from the

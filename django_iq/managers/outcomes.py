@@ -16,11 +16,15 @@ from django_iq.appmodels import iq
 from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
 from django_iq.options import JobCatalog
-from django_iq.queries import complete_in_one_statement, supports_single_statement_complete
+from django_iq.queries import (
+    ResultDone,
+    complete_in_one_statement,
+    supports_single_statement_complete,
+)
 from django_iq.states import MIN_PRIORITY, EntryState
 
 if TYPE_CHECKING:
-    from django_iq.models import Entry, EntryError
+    from django_iq.models import Entry, EntryError, Result
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class Success:
     lock_id: int | None
     return_value: Any = None
     at: datetime | None = None
+    # A Tasks result's start not written yet, ``(time, worker id)``: written with the success.
+    started: tuple[datetime, str] | None = None
 
 
 class EntryOutcomeManager(models.Manager["Entry"]):
@@ -74,7 +80,12 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         lost = self.complete_many([Success(entry, lock_id, return_value, now)], jobs=jobs)
         return lock_id is None or lock_id not in lost
 
-    def complete_many(self, done: Sequence[Success], jobs: JobCatalog | None = None) -> set[int]:
+    def complete_many(
+        self,
+        done: Sequence[Success],
+        jobs: JobCatalog | None = None,
+        written_results: list[Result] | None = None,
+    ) -> set[int]:
         """The one way successes are written: delete the finished entries, record their Tasks
         results and their cron runs (each cron job gets its next entry), point the locks of
         group claims that go on away from the finished entries, and delete the locks of the
@@ -83,22 +94,46 @@ class EntryOutcomeManager(models.Manager["Entry"]):
 
         Rows are locked in one order, entries then group locks, each by id: a claimer holding
         an entry row waits for us, then finds our lock and skips it.
+
+        ``written_results``, if given, receives the Tasks results as written where the
+        database returns them with the write (PostgreSQL), so nobody reads them again.
         """
         db = router.db_for_write(self.model)
         entry_ids = [success.entry.pk for success in done]
         lock_ids = [success.lock_id for success in done if success.lock_id is not None]
         plain = all(s.lock_id is not None or not s.entry.group_key for s in done) and not any(
-            s.entry.result_id is not None or s.entry.cron_job_id for s in done
+            s.entry.cron_job_id for s in done
         )
         if plain and supports_single_statement_complete(db):
-            # Nothing but deletes: one statement, one round trip.
-            found_locks = atomic_retrying(
+            # Deletes and Tasks results: one statement, one round trip.
+            now = timezone.now()
+            results = [
+                ResultDone(
+                    str(s.entry.result_id),
+                    s.return_value,
+                    s.at or now,
+                    *(s.started or (None, None)),
+                )
+                for s in done
+                if s.entry.result_id is not None
+            ]
+            found_locks, rows = atomic_retrying(
                 db,
-                lambda: complete_in_one_statement(db, entry_ids, lock_ids),
+                lambda: complete_in_one_statement(db, entry_ids, lock_ids, results),
                 "complete_many",
                 atomic=False,
             )
+            if written_results is not None:
+                written_results.extend(rows)
             return set(lock_ids) - found_locks
+        if any(s.started for s in done):
+            iq.Result.objects.db_manager(db).record_starts(
+                [
+                    (str(s.entry.result_id), s.started[1], s.started[0])
+                    for s in done
+                    if s.started and s.entry.result_id is not None
+                ]
+            )
 
         def write() -> set[int]:
             now = timezone.now()

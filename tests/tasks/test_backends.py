@@ -170,10 +170,13 @@ def test_django_iq_options_pass_through_using() -> None:
 
 def test_signals_are_sent_for_enqueue_start_and_finish() -> None:
     seen: list[tuple[str, str]] = []
+    finished = []
 
     def collect(name: str):
         def receiver(sender, task_result, **kwargs) -> None:
             seen.append((name, str(task_result.status)))
+            if name == "finished":
+                finished.append(task_result)
 
         return receiver
 
@@ -195,6 +198,9 @@ def test_signals_are_sent_for_enqueue_start_and_finish() -> None:
             signal.disconnect(receiver)
 
     assert seen == [("enqueued", "READY"), ("started", "RUNNING"), ("finished", "SUCCESSFUL")]
+    (result,) = finished
+    assert result.return_value == 10 and len(result.worker_ids) == 1
+    assert result.started_at is not None and result.finished_at >= result.started_at
 
 
 def test_unknown_result_id_raises_task_result_does_not_exist() -> None:

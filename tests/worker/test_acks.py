@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 from unittest import mock
@@ -12,7 +13,7 @@ from django.db import OperationalError, connections
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.acks import Ack, AckWriter
+from django_iq.acks import START_HOLD_SECONDS, Ack, AckWriter
 from django_iq.managers import Claim, Success
 from django_iq.models import CronJob, Entry, EntryError, GroupLock, Result, Worker
 from django_iq.processing import Processor
@@ -105,6 +106,75 @@ def test_the_writer_writes_a_batch_then_settles_each_claim_once() -> None:
     assert all(ack.done.is_set() for ack in acks)
     assert writer.written == 5 and writer.pending() == 0
     assert not GroupLock.objects.exists()
+
+
+def test_a_short_tasks_start_is_written_with_its_success_in_one_statement() -> None:
+    """A start whose success reaches the writer within START_HOLD_SECONDS is not written on
+    its own: the result gets RUNNING's fields and SUCCESSFUL's in the success's statement."""
+    results = ResultFactory.create_batch(2)
+    for result in results:
+        EntryFactory(result_id=result.pk)
+    claims = claim_all(WorkerFactory())
+    started = timezone.now() - timedelta(seconds=2)
+    writer = AckWriter("host:42")
+    written_alone = mock.patch.object(
+        Result.objects, "record_starts", wraps=Result.objects.record_starts
+    )
+
+    with written_alone as record_starts:
+        writer.start()
+        for claim in claims:
+            writer.record_start(str(claim.entries[0].result_id), started)
+        time.sleep(START_HOLD_SECONDS / 5)  # the tasks' bodies: short, but the writer is awake
+        for claim in claims:
+            writer.put(Ack(claim.entries[0], claim.lock_id, {"n": 1}, timezone.now(), claim=claim))
+        writer.close()
+
+    for result in results:
+        result.refresh_from_db()
+        assert result.status == "SUCCESSFUL" and result.return_value == {"n": 1}
+        assert result.started_at == started and result.last_attempted_at == started
+        assert result.worker_ids == ["host:42"]
+    assert not Entry.objects.exists() and not GroupLock.objects.exists()
+    if connections["default"].vendor == "postgresql":
+        assert not record_starts.called, "on PostgreSQL the start goes in the success's statement"
+
+
+def test_complete_many_writes_a_tasks_start_and_success_in_one_statement(
+    django_assert_max_num_queries: Any,
+) -> None:
+    result = ResultFactory()
+    EntryFactory(result_id=result.pk)
+    (claim,) = claim_all(WorkerFactory())
+    started = timezone.now() - timedelta(seconds=3)
+    success = Success(claim.entries[0], claim.lock_id, [1, 2], None, (started, "host:7"))
+
+    expected = 1 if connections["default"].vendor == "postgresql" else 20
+    with django_assert_max_num_queries(expected):
+        assert Entry.objects.complete_many([success]) == set()
+
+    result.refresh_from_db()
+    assert (result.status, result.return_value, result.started_at) == (
+        "SUCCESSFUL",
+        [1, 2],
+        started,
+    )
+    assert result.worker_ids == ["host:7"] and result.finished_at >= started
+
+
+def test_a_failure_does_not_wait_out_the_hold_of_its_start() -> None:
+    result = ResultFactory()
+    writer = AckWriter("host:42")
+    writer.start()
+    begun = timezone.now()
+    start = writer.record_start(result.pk, begun)
+    writer.wait_for([start])
+    waited = (timezone.now() - begun).total_seconds()
+    writer.close()
+
+    result.refresh_from_db()
+    assert result.status == "RUNNING" and result.worker_ids == ["host:42"]
+    assert start.done.is_set() and waited < 5
 
 
 def test_at_shutdown_the_writer_gives_up_on_an_unreachable_database_and_says_so() -> None:
