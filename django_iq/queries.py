@@ -732,6 +732,7 @@ def _complete_sql(connection: Any, with_results: bool) -> str:
 # table's sequence first (COPY returns nothing), then the rows are streamed, in the caller's
 # transaction. The queue and disabled-job checks are one statement before it.
 COPY_ENQUEUE_MIN_ROWS = 2000
+_COPY_VARYING = frozenset({"id", "args", "kwargs", "lock_key"})
 ENQUEUE_CHECKS_POSTGRESQL = (
     "SELECT EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s), "
     "EXISTS (SELECT 1 FROM {disabled_table} WHERE {disabled_job} = %s)"
@@ -772,16 +773,32 @@ def enqueue_by_copy(
         ids = [row[0] for row in cursor.fetchall()]
         fields = model._meta.concrete_fields
         columns = ", ".join(quote(str(f.column)) for f in fields)
-        state_index = [f.name for f in fields].index("state")
+        if disabled:
+            for entry in entries:
+                entry.state = "disabled"
+        # The entries of one call share every column but these: the others are prepared once.
+        varying = [i for i, f in enumerate(fields) if f.name in _COPY_VARYING]
+        constant = [i for i in range(len(fields)) if i not in varying]
+        first = entries[0]
+        shared = [getattr(first, f.attname) for f in fields]
+        template = [
+            f.get_db_prep_save(value, connection) for f, value in zip(fields, shared, strict=True)
+        ]
         pending = False
         with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
             for entry, pk in zip(entries, ids, strict=True):
                 entry.pk = pk
-                if disabled:
-                    entry.state = "disabled"
                 pending = pending or entry.state == "pending"
-                row = [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in fields]
-                row[state_index] = entry.state
+                values = [getattr(entry, f.attname) for f in fields]
+                if all(values[i] == shared[i] for i in constant):
+                    row = template.copy()
+                    for i in varying:
+                        row[i] = fields[i].get_db_prep_save(values[i], connection)
+                else:
+                    row = [
+                        f.get_db_prep_save(v, connection)
+                        for f, v in zip(fields, values, strict=True)
+                    ]
                 copy.write_row(row)
     if pending:
         notify_ready(using, [queue])

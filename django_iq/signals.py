@@ -28,7 +28,10 @@ entry_failed = Signal()
 
 
 def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
-    """Send ``signal`` to every receiver; log each receiver that raised, and go on."""
+    """Send ``signal`` to every receiver; log each receiver that raised, and go on. Costs
+    nothing where the signal has no receivers."""
+    if not signal.receivers:
+        return
     for receiver, response in signal.send_robust(sender=sender, **kwargs):
         if isinstance(response, Exception):
             logger.error(

@@ -3,7 +3,7 @@ and the group-lock key rule: the bottom of the package, importing nothing of it.
 
 from __future__ import annotations
 
-import uuid
+import os
 
 from django.db import models
 
@@ -54,4 +54,4 @@ def group_lock_key(group_key: str) -> str:
 
 def lock_key_for(group_key: str | None) -> str:
     """A new entry's lock key: its group's, or one of its own when it is not grouped."""
-    return group_lock_key(group_key) if group_key else f"e:{uuid.uuid4().hex}"
+    return group_lock_key(group_key) if group_key else f"e:{os.urandom(16).hex()}"

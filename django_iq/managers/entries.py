@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -46,6 +46,21 @@ class Claim:
     lock_key: str
     queue: str
     entries: list[Entry] = field(default_factory=list)
+
+
+_FIELD_DEFAULTS: dict[Any, list[tuple[str, Callable[[], Any]]]] = {}
+
+
+def _field_defaults(model: Any) -> list[tuple[str, Callable[[], Any]]]:
+    """``(attname, default)`` of ``model``'s concrete fields, in order (found once); each
+    default is called for a value of its own, as Django does."""
+    defaults = _FIELD_DEFAULTS.get(model)
+    if defaults is None:
+        defaults = _FIELD_DEFAULTS[model] = [
+            (f.attname, (lambda: None) if f.primary_key else f.get_default)
+            for f in model._meta.concrete_fields
+        ]
+    return defaults
 
 
 class EntryQuerySet(models.QuerySet["Entry"]):
@@ -114,18 +129,26 @@ class EntryManager(EntryOutcomeManager):
         run_at: datetime,
     ) -> Entry:
         """Build an unsaved entry from arguments already checked by ``validate_arguments``."""
-        return self.model(
-            queue_id=options.queue_name,
-            job_name=job_name,
-            args=list(args),
-            kwargs=kwargs,
-            priority=options.effective_priority,
-            state=EntryState.INITIAL if run_at > now else EntryState.PENDING,
-            group_key=options.group_key,
-            lock_key=lock_key_for(options.group_key),
-            run_at=run_at,
-            max_attempts=options.effective_max_attempts,
-            enqueued_at=now,
+        values = {
+            "queue_id": options.queue_name,
+            "job_name": job_name,
+            "args": list(args),
+            "kwargs": kwargs,
+            "priority": options.effective_priority,
+            "state": EntryState.INITIAL if run_at > now else EntryState.PENDING,
+            "group_key": options.group_key,
+            "lock_key": lock_key_for(options.group_key),
+            "run_at": run_at,
+            "max_attempts": options.effective_max_attempts,
+            "enqueued_at": now,
+        }
+        # Positional, in field order: Django's fast path (no keyword matching per field).
+        model: Callable[..., Entry] = self.model
+        return model(
+            *[
+                values[name] if name in values else default()
+                for name, default in _field_defaults(self.model)
+            ]
         )
 
     def enqueue(

@@ -393,14 +393,16 @@ def test_the_longest_group_key_is_stored_and_claimed() -> None:
 @pytest.mark.django_db
 def test_a_large_bulk_enqueue_keeps_call_order_states_and_a_new_queue() -> None:
     # 2,500 calls: PostgreSQL streams them with COPY, the others insert them in batches.
-    calls = [((f"big-{n}",), {}) for n in range(2500)]
+    calls = [((f"big-{n}",), {"n": n} if n % 2 else {}) for n in range(2500)]
 
-    entries = record.using(queue="reports").enqueue_many(calls)
+    entries = record.using(queue="reports", priority=7).enqueue_many(calls)
 
     assert [e.args for e in entries] == [[f"big-{n}"] for n in range(2500)]
     assert [e.pk for e in entries] == sorted(e.pk for e in entries)
-    stored = dict(Entry.objects.filter(queue_id="reports").values_list("pk", "args"))
-    assert stored == {e.pk: e.args for e in entries}
+    columns = ("pk", "args", "kwargs", "lock_key", "priority", "max_attempts", "enqueued_at")
+    stored = {row[0]: row for row in Entry.objects.filter(queue_id="reports").values_list(*columns)}
+    assert stored == {e.pk: tuple(getattr(e, c) for c in columns) for e in entries}
+    assert len({e.lock_key for e in entries}) == 2500 and {e.priority for e in entries} == {7}
     assert {e.state for e in entries} == {"pending"}
     assert Queue.objects.filter(name="reports").exists(), "the declared queue was created"
 
