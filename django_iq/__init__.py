@@ -1,6 +1,7 @@
 """django_iq: a database-backed job queue for Django."""
 
+from django_iq.exceptions import Fail, RetryAfter, Snooze
 from django_iq.registry import enqueue, enqueue_many, job
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "enqueue", "enqueue_many", "job"]
+__all__ = ["Fail", "RetryAfter", "Snooze", "__version__", "enqueue", "enqueue_many", "job"]

@@ -94,9 +94,10 @@ class TaskJob(Job[Any, Any]):
         started: Callable[[str, datetime], None] | None = None,
     ) -> Any:
         backend = cast("IQBackend", self.task.get_backend())
-        if entry.result_id is not None and started is not None and entry.attempts == 0:
-            # A first attempt: the result is as enqueued (READY, no errors, no workers), so it
-            # is built here and its start written behind the run, by the worker's ack writer.
+        first_run = entry.attempts == 0 and entry.snoozes == 0
+        if entry.result_id is not None and started is not None and first_run:
+            # A first run: the result is as enqueued (READY, no errors, no workers), so it is
+            # built here and its start written behind the run, by the worker's ack writer.
             now = timezone.now()
             started(entry.result_id, now)
             task_result = backend._to_task_result(

@@ -96,7 +96,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             merged[f"{resource}_THROTTLE_PERCENT"],
             merged[f"{resource}_RESUME_PERCENT"],
         )
-        if resume >= throttle:
+        if throttle is not None and resume >= throttle:
             errors.append(
                 Error(
                     f"{resource}_RESUME_PERCENT ({resume}) must be below {resource}_THROTTLE_PERCENT "

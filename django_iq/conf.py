@@ -38,6 +38,9 @@ SETTINGS: dict[str, Setting] = {
     "BACKOFF_BASE_SECONDS": Setting(2.0, (int, float), 0, 365 * 86_400),
     "BACKOFF_MAX_SECONDS": Setting(3600.0, (int, float), 0, 365 * 86_400),
     "BACKOFF_JITTER": Setting(0.25, (int, float), 0, 1),
+    # How often an entry may ``raise Snooze(...)`` before it fails for good (per job:
+    # ``@job(max_snoozes=...)``).
+    "MAX_SNOOZES": Setting(100, (int,), 0, 100_000),
     # Extra modules imported to register jobs, besides each installed app's ``jobs`` module.
     "JOB_MODULES": Setting([], (list, tuple)),
     "PROCESSING_THREADS": Setting(4, (int,), 1, 512, env=True),
@@ -54,7 +57,8 @@ SETTINGS: dict[str, Setting] = {
     "PROMOTE_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600),
     "HEARTBEAT_INTERVAL_SECONDS": Setting(5.0, (int, float), 0.1, 3600, env=True),
     "SHUTDOWN_GRACE_SECONDS": Setting(30.0, (int, float), 0, 86_400, env=True),
-    "CPU_THROTTLE_PERCENT": Setting(95.0, (int, float), 1, 100, env=True),
+    # None (the default): CPU use never throttles; memory use does (above 90 %, until 80 %).
+    "CPU_THROTTLE_PERCENT": Setting(None, (int, float, type(None)), 1, 100, env=True),
     "CPU_RESUME_PERCENT": Setting(85.0, (int, float), 0, 100, env=True),
     "MEMORY_THROTTLE_PERCENT": Setting(90.0, (int, float), 1, 100, env=True),
     "MEMORY_RESUME_PERCENT": Setting(80.0, (int, float), 0, 100, env=True),
@@ -126,6 +130,8 @@ class IQSettings:
 
 
 def _parse_env(key: str, raw: str, spec: Setting) -> Any:
+    if type(None) in spec.types and raw.strip().lower() in ("none", "off"):
+        return None
     try:
         value = int(raw) if spec.types == (int,) else float(raw)
     except ValueError:

@@ -49,3 +49,51 @@ class DatabaseUnavailable(IQError, OperationalError):
     request can answer quickly; nothing was enqueued. A subclass of Django's
     ``OperationalError``, so existing handlers of that still catch it.
     """
+
+
+class JobControl(Exception):
+    """Raised by a job's body to say what becomes of its entry: ``Fail``, ``RetryAfter`` or
+    ``Snooze``. Not a bug of the job: each is handled as documented in docs/howto/retries.md."""
+
+
+def _seconds(seconds: object, what: str) -> float:
+    # The same bound as backoff options: a year.
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds <= 365 * 86_400
+    ):
+        raise InvalidJobOptions(
+            f"{what} takes a number of seconds from 0 to 31,536,000 (a year), got {seconds!r:.80}."
+        )
+    return float(seconds)
+
+
+class Fail(JobControl):
+    """End the entry now as a final failure, whatever attempts it has left: ``raise
+    Fail("the account was deleted")``. Its error record says so; it is not retried."""
+
+
+class RetryAfter(JobControl):
+    """Fail this attempt and retry in ``seconds`` (not after the job's backoff): ``raise
+    RetryAfter(30)``, say for a rate-limited API that said when to come back. The attempt
+    counts; with none left, the failure is final."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        self.seconds = _seconds(seconds, "RetryAfter")
+        super().__init__(message or f"retry in {self.seconds:g} s")
+
+
+class Snooze(JobControl):
+    """Put the entry back to run again in ``seconds`` without counting an attempt and without
+    an error record: ``raise Snooze(60)``, say for a job polling an external system until it
+    is done. At most ``max_snoozes`` times (``@job(max_snoozes=...)``, else the ``MAX_SNOOZES``
+    setting); the next one ends the entry as a final failure (``SnoozeLimitReached``)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = _seconds(seconds, "Snooze")
+        super().__init__(f"snooze {self.seconds:g} s")
+
+
+class SnoozeLimitReached(IQError):
+    """Recorded (never raised) when a job snoozed more often than its ``max_snoozes``."""

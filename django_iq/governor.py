@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 
@@ -59,6 +59,17 @@ class PsutilReader:
         return self._memory
 
 
+class _Unset:
+    """The type of ``UNSET``: a governor level not given, taken from the settings."""
+
+
+UNSET = _Unset()
+
+
+def _level(given: Any, setting: Any) -> Any:
+    return setting if isinstance(given, _Unset) else given
+
+
 @dataclass(frozen=True)
 class Decision:
     """The governor's answer: how many entries to claim now, and why."""
@@ -82,30 +93,23 @@ class ResourceGovernor:
         self,
         reader: ResourceReader | None = None,
         *,
-        cpu_throttle_percent: float | None = None,
-        cpu_resume_percent: float | None = None,
-        memory_throttle_percent: float | None = None,
-        memory_resume_percent: float | None = None,
+        cpu_throttle_percent: float | _Unset | None = UNSET,
+        cpu_resume_percent: float | _Unset = UNSET,
+        memory_throttle_percent: float | _Unset = UNSET,
+        memory_resume_percent: float | _Unset = UNSET,
     ) -> None:
+        """Levels left out come from the settings. A CPU throttle level of None switches the
+        CPU rule off (the default: on a shared host, other programs' load would stall all
+        work); memory has no such switch."""
         self.reader = reader or PsutilReader(iq_settings.GOVERNOR_SAMPLE_SECONDS)
-        self.cpu_throttle = (
-            cpu_throttle_percent
-            if cpu_throttle_percent is not None
-            else iq_settings.CPU_THROTTLE_PERCENT
+        self.cpu_throttle: float | None = _level(
+            cpu_throttle_percent, iq_settings.CPU_THROTTLE_PERCENT
         )
-        self.cpu_resume = (
-            cpu_resume_percent if cpu_resume_percent is not None else iq_settings.CPU_RESUME_PERCENT
+        self.cpu_resume = float(_level(cpu_resume_percent, iq_settings.CPU_RESUME_PERCENT))
+        self.memory_throttle = float(
+            _level(memory_throttle_percent, iq_settings.MEMORY_THROTTLE_PERCENT)
         )
-        self.memory_throttle = (
-            memory_throttle_percent
-            if memory_throttle_percent is not None
-            else iq_settings.MEMORY_THROTTLE_PERCENT
-        )
-        self.memory_resume = (
-            memory_resume_percent
-            if memory_resume_percent is not None
-            else iq_settings.MEMORY_RESUME_PERCENT
-        )
+        self.memory_resume = float(_level(memory_resume_percent, iq_settings.MEMORY_RESUME_PERCENT))
         self.is_throttled = False
         self.last = Decision(0, False, 0.0, 0.0, "not asked yet")
 
@@ -114,24 +118,29 @@ class ResourceGovernor:
         cpu = self.reader.cpu_percent()
         memory = self.reader.memory_percent()
         was_throttled = self.is_throttled
-        if cpu >= self.cpu_throttle or memory >= self.memory_throttle:
+        cpu_high = self.cpu_throttle is not None and cpu >= self.cpu_throttle
+        cpu_low = self.cpu_throttle is None or cpu < self.cpu_resume
+        if cpu_high or memory >= self.memory_throttle:
             self.is_throttled = True
-        elif cpu < self.cpu_resume and memory < self.memory_resume:
+        elif cpu_low and memory < self.memory_resume:
             self.is_throttled = False
         if self.is_throttled:
             reason = f"throttled cpu={cpu:.0f}% memory={memory:.0f}%"
             if not was_throttled:
-                logger.info(
-                    "throttled cpu=%.0f memory=%.0f cpu_limit=%.0f memory_limit=%.0f",
+                logger.warning(
+                    "throttled: not claiming until cpu < %s and memory < %.0f%% "
+                    "cpu=%.0f memory=%.0f cpu_limit=%s memory_limit=%.0f",
+                    "any" if self.cpu_throttle is None else f"{self.cpu_resume:.0f}%",
+                    self.memory_resume,
                     cpu,
                     memory,
-                    self.cpu_throttle,
+                    "off" if self.cpu_throttle is None else f"{self.cpu_throttle:.0f}",
                     self.memory_throttle,
                 )
             self.last = Decision(0, True, cpu, memory, reason)
         else:
             if was_throttled:
-                logger.info("resumed cpu=%.0f memory=%.0f", cpu, memory)
+                logger.warning("resumed claiming cpu=%.0f memory=%.0f", cpu, memory)
             slots = max(0, idle_threads)
             reason = "ok" if slots else "no idle processing thread"
             self.last = Decision(slots, False, cpu, memory, reason)

@@ -81,6 +81,12 @@ class Entry(models.Model):
     run_at = models.DateTimeField(default=timezone.now)
     attempts = models.PositiveIntegerField(default=0, help_text="Attempts that ended in failure.")
     max_attempts = models.PositiveIntegerField(default=3)
+    # With a database default too: rows written by hand (and by older code) need not name it.
+    snoozes = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Runs that raised Snooze: put back without counting an attempt.",
+    )
     enqueued_at = models.DateTimeField(default=timezone.now)
     # Set on the one entry of a cron job; unique, so a cron job can never have two entries.
     cron_job = models.OneToOneField(

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from django.utils import timezone
 
 from django_iq.conf import iq_settings
-from django_iq.exceptions import InvalidJobOptions
+from django_iq.exceptions import Fail, InvalidJobOptions, RetryAfter
 from django_iq.limits import (
     MAX_ATTEMPTS_LIMIT,
     MAX_BACKOFF_SECONDS,
@@ -34,8 +34,12 @@ JOB_OPTIONS = (
     "group_key",
     "backoff_base_seconds",
     "backoff_max_seconds",
+    "retry_on",
+    "dont_retry_on",
+    "max_snoozes",
 )
-# Backoff belongs to the job (workers read it from the registry), so using() cannot change it.
+# Backoff and the retry policy belong to the job (workers read them from the registry), so
+# using() cannot change them.
 USING_OPTIONS = ("queue", "priority", "max_attempts", "group_key", "run_at")
 
 
@@ -82,6 +86,18 @@ def validate_run_at(run_at: Any) -> datetime | timedelta | None:
     return run_at
 
 
+def _exception_classes(name: str, value: Any) -> tuple[type[BaseException], ...]:
+    """``value`` as a tuple of exception classes (one class is accepted alone), or raise."""
+    classes = value if isinstance(value, (tuple, list)) else (value,)
+    for item in classes:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise InvalidJobOptions(
+                f"{name} takes exception classes, e.g. {name}=(ConnectionError, TimeoutError), "
+                f"got {item!r:.80}."
+            )
+    return tuple(classes)
+
+
 def _text_option(name: str, value: str) -> None:
     problem = text_problem(value)
     if problem is not None:
@@ -99,8 +115,28 @@ class JobOptions:
     backoff_base_seconds: float | None = None
     backoff_max_seconds: float | None = None
     run_at: datetime | timedelta | None = field(default=None)
+    # Exception classes: only these are retried (None: all), and these never are.
+    retry_on: tuple[type[BaseException], ...] | None = None
+    dont_retry_on: tuple[type[BaseException], ...] = ()
+    max_snoozes: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("retry_on", "dont_retry_on"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _exception_classes(name, value))
+        if self.max_snoozes is not None and (
+            isinstance(self.max_snoozes, bool)
+            or not isinstance(self.max_snoozes, int)
+            or not 0 <= self.max_snoozes <= MAX_ATTEMPTS_LIMIT
+        ):
+            raise InvalidJobOptions(
+                f"max_snoozes must be an integer from 0 to {MAX_ATTEMPTS_LIMIT:,}, "
+                f"got {self.max_snoozes!r:.80}."
+            )
+        self._check_basics()
+
+    def _check_basics(self) -> None:
         if self.queue is not None and (not isinstance(self.queue, str) or not self.queue.strip()):
             raise InvalidJobOptions(f"queue must be a non-empty string, got {self.queue!r}.")
         if self.queue is not None and len(self.queue) > 100:
@@ -175,6 +211,21 @@ class JobOptions:
         base = iq_settings.BACKOFF_BASE_SECONDS if base is None else base
         cap = iq_settings.BACKOFF_MAX_SECONDS if cap is None else cap
         return capped_backoff(base, cap, attempt)
+
+    def retries(self, exc: BaseException) -> bool:
+        """Whether a failure raising ``exc`` may be retried: ``Fail`` never is; otherwise
+        ``exc`` must be one of ``retry_on`` (when given) and none of ``dont_retry_on``."""
+        if isinstance(exc, Fail):
+            return False
+        if isinstance(exc, RetryAfter):
+            return True
+        if self.dont_retry_on and isinstance(exc, self.dont_retry_on):
+            return False
+        return self.retry_on is None or isinstance(exc, self.retry_on)
+
+    @property
+    def effective_max_snoozes(self) -> int:
+        return self.max_snoozes if self.max_snoozes is not None else iq_settings.MAX_SNOOZES
 
     def retry_delay_seconds(self, attempt: int, rng: random.Random | None = None) -> float:
         """The wait before retrying after failed attempt ``attempt`` (1-based): the backoff

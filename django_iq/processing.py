@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_iq import signals
 from django_iq.acks import Ack, AckWriter, Start
 from django_iq.dbconn import refresh_connections, with_db_retry
-from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
+from django_iq.exceptions import InvalidJobArguments, JobNotRegistered, RetryAfter, Snooze
 from django_iq.limits import cut_message, format_failure
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock
@@ -42,12 +42,20 @@ def stored_call_problem(entry: Entry) -> str | None:
     return None
 
 
+class _Snoozed:
+    """The type of ``SNOOZED``: an entry's run raised ``Snooze`` and was put back."""
+
+
+SNOOZED = _Snoozed()
+
+
 @dataclass
 class ClaimResult:
     """What became of a claim's entries."""
 
     done: int = 0
     failed: int = 0
+    snoozed: int = 0
     released: int = 0
     # Seconds and success of each entry run, in order.
     runs: list[tuple[float, bool]] = field(default_factory=list)
@@ -89,6 +97,9 @@ class Processor:
                 with_db_retry(partial(GroupLock.objects.track, claim.lock_id, entry.pk), "track")
             started = time.monotonic()
             ack = self._run_entry(entry, claim, last, written)
+            if isinstance(ack, _Snoozed):
+                result.snoozed += 1
+                continue
             result.runs.append((time.monotonic() - started, ack is not None))
             if ack is None:
                 result.failed += 1
@@ -99,9 +110,11 @@ class Processor:
                 result.settled = False
         return result
 
-    def _run_entry(self, entry: Entry, claim: Claim, last: bool, written: list[Ack]) -> Ack | None:
-        """Run one entry; return its acknowledgement, handed to the writer, or None if it
-        failed (the failure is written)."""
+    def _run_entry(
+        self, entry: Entry, claim: Claim, last: bool, written: list[Ack]
+    ) -> Ack | _Snoozed | None:
+        """Run one entry; return its acknowledgement, handed to the writer, ``SNOOZED`` if it
+        snoozed, or None if it failed (the outcome is written)."""
         started = time.monotonic()
         lock_id = claim.lock_id if last else None
         try:
@@ -127,6 +140,10 @@ class Processor:
 
         try:
             return_value = job.invoke(entry, self.worker_name, start_behind)
+        except Snooze as snooze:
+            self.acks.wait_for(starts)
+            self._snoozed(entry, lock_id, written, job, snooze)
+            return SNOOZED
         except BaseException as exc:  # the processing boundary: every failure is recorded.
             # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
             # only come from the job itself (signals go to the main thread), so it is the job's
@@ -155,16 +172,57 @@ class Processor:
         *,
         final: bool = False,
     ) -> None:
-        self._log_failure(entry, exc)
+        self._log_failure(entry, exc, job, final=final)
         if lock_id is not None:
             # This failure gives the lock up: the claim's successes it covers are written first.
             self.acks.wait_for(written)
         self._record_failure(entry, lock_id, job, exc, final=final)
 
-    def _log_failure(self, entry: Entry, exc: BaseException) -> None:
+    def _snoozed(
+        self,
+        entry: Entry,
+        lock_id: int | None,
+        written: list[Ack],
+        job: Job[Any, Any],
+        snooze: Snooze,
+    ) -> None:
+        if lock_id is not None:
+            # The lock goes: the claim's successes it covers are written first.
+            self.acks.wait_for(written)
+        refresh_connections()
+        now = timezone.now()
+        until = now + timedelta(seconds=snooze.seconds)
+        error = with_db_retry(
+            lambda: Entry.objects.snooze(
+                entry,
+                lock_id,
+                until=until,
+                max_snoozes=job.options.effective_max_snoozes,
+                worker_name=self.worker_name,
+                now=now,
+                jobs=catalog,
+            ),
+            "snooze",
+        )
+        if error is None:
+            logger.debug("snoozed entry=%s job=%s until=%s", entry.pk, entry.job_name, until)
+            return
+        logger.error(
+            "job failed for good entry=%s job=%s queue=%s: %s",
+            entry.pk,
+            entry.job_name,
+            entry.queue_id,
+            error.message,
+        )
+        signals.send(signals.entry_failed, Entry, entry=entry, error=error, will_retry=False)
+
+    def _log_failure(
+        self, entry: Entry, exc: BaseException, job: Job[Any, Any] | None, *, final: bool
+    ) -> None:
         """A failure that will be retried is a WARNING without traceback (the error record has
         it); the last attempt, or an unregistered job, is an ERROR with the traceback."""
-        will_retry = entry.attempts + 1 < entry.max_attempts
+        options = job.options if job is not None else JobOptions()
+        will_retry = entry.attempts + 1 < entry.max_attempts and not final and options.retries(exc)
         if isinstance(exc, JobNotRegistered):
             logger.error(
                 "unregistered job entry=%s job=%s queue=%s",
@@ -208,9 +266,12 @@ class Processor:
         now = timezone.now()
         attempt = entry.attempts + 1
         retry_at: datetime | None = None
-        if attempt < entry.max_attempts and not final:
-            options = job.options if job is not None else JobOptions()
-            retry_at = now + timedelta(seconds=options.retry_delay_seconds(attempt))
+        options = job.options if job is not None else JobOptions()
+        if attempt < entry.max_attempts and not final and options.retries(exc):
+            delay = (
+                exc.seconds if isinstance(exc, RetryAfter) else options.retry_delay_seconds(attempt)
+            )
+            retry_at = now + timedelta(seconds=delay)
         kind = type(exc)
         message, traceback = format_failure(exc)
         error = with_db_retry(

@@ -79,8 +79,6 @@ DJANGO_IQ = {
     "RECOVERY_INTERVAL_SECONDS": 0.2,
     "CRON_INTERVAL_SECONDS": 0.1,
     # Tests must not be throttled by whatever else the CI machine runs.
-    "CPU_THROTTLE_PERCENT": 100,
-    "CPU_RESUME_PERCENT": 99,
     "MEMORY_THROTTLE_PERCENT": 100,
     "MEMORY_RESUME_PERCENT": 99,
 }

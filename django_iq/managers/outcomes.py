@@ -13,6 +13,7 @@ from django.db import models, router
 from django.utils import timezone
 
 from django_iq.appmodels import iq
+from django_iq.exceptions import SnoozeLimitReached
 from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
 from django_iq.options import JobCatalog
@@ -213,13 +214,62 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             # The entry's row first, as every writer of several rows does (``lock_in_order``).
             lock_in_order(self._on(db), [entry.pk])
             error = self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
-            if lock_id is not None:
-                iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()
-            else:
-                self._moved_on(db, [entry])
+            self._let_go(db, entry, lock_id)
             return error
 
         return atomic_retrying(db, write, "fail")
+
+    def _let_go(self, db: str, entry: Entry, lock_id: int | None) -> None:
+        """An attempt of ``entry`` ended without success: delete the claim's lock if it was
+        the claim's last entry (``lock_id``), else move the lock on from it."""
+        if lock_id is not None:
+            iq.GroupLock.objects.using(db).filter(pk=lock_id).delete()
+        else:
+            self._moved_on(db, [entry])
+
+    def snooze(
+        self,
+        entry: Entry,
+        lock_id: int | None,
+        *,
+        until: datetime,
+        max_snoozes: int,
+        worker_name: str = "",
+        now: datetime | None = None,
+        jobs: JobCatalog | None = None,
+    ) -> EntryError | None:
+        """Put ``entry`` back to run at ``until`` without counting an attempt or writing an
+        error (the job raised ``Snooze``), and give its group lock up (or, mid-claim, move the
+        lock on). An entry that already snoozed ``max_snoozes`` times ends instead, as a final
+        ``SnoozeLimitReached`` failure: return its error record (None for a snooze). One
+        transaction."""
+        now = now or timezone.now()
+        db = router.db_for_write(self.model)
+
+        def write() -> EntryError | None:
+            lock_in_order(self._on(db), [entry.pk])
+            error = None
+            if entry.snoozes >= max_snoozes:
+                failure = Failure(
+                    exception_class=f"{SnoozeLimitReached.__module__}.SnoozeLimitReached",
+                    message=f"The job snoozed {entry.snoozes} times, the most its "
+                    f"max_snoozes allows ({max_snoozes}); it fails for good.",
+                    worker_name=worker_name,
+                    final=True,
+                )
+                error = self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
+            else:
+                rows = self._on(db).filter(pk=entry.pk)
+                snoozed = {"run_at": until, "snoozes": models.F("snoozes") + 1}
+                # An entry disabled while it ran stays disabled; otherwise it waits for until.
+                rows.exclude(state=EntryState.DISABLED).update(state=EntryState.INITIAL, **snoozed)
+                rows.filter(state=EntryState.DISABLED).update(**snoozed)
+                if entry.result_id is not None:
+                    iq.Result.objects.using(db).filter(pk=entry.result_id).update(status="READY")
+            self._let_go(db, entry, lock_id)
+            return error
+
+        return atomic_retrying(db, write, "snooze")
 
     def end_attempt(
         self,

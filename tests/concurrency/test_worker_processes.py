@@ -8,15 +8,17 @@ import pytest
 
 from django_iq import enqueue_many
 from django_iq.models import Entry, EntryError, GroupLock, Queue, Worker
-from tests.processes import finish, start_command
+from tests.processes import command_env, finish, start_command
 from tests.testapp.jobs import record
 from tests.testapp.models import JobRun
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def run_workers(count: int, *args: str, timeout: float = 240.0) -> list[str]:
-    processes = [start_command("runworker", "--burst", *args) for _ in range(count)]
+def run_workers(
+    count: int, *args: str, timeout: float = 240.0, env: dict[str, str] | None = None
+) -> list[str]:
+    processes = [start_command("runworker", "--burst", *args, env=env) for _ in range(count)]
     outputs = []
     for process in processes:
         code, output = finish(process, timeout)
@@ -48,9 +50,11 @@ def test_entries_sharing_a_group_key_never_overlap_in_time() -> None:
                 for i in range(15)
             ]
         )
-    record.enqueue_many([((f"free-{i}",), {"seconds": 0.01}) for i in range(30)])
+    record.enqueue_many([((f"free-{i}",), {"seconds": 0.1}) for i in range(30)])
 
-    run_workers(3, "--threads", "4")
+    # Without prefetch a process holds at most one claim per thread, so the first process up
+    # cannot take every free entry before the others have started.
+    run_workers(3, "--threads", "4", env=command_env(DJANGO_IQ_PREFETCH_PER_THREAD="0"))
 
     assert JobRun.objects.count() == 6 * 15 + 30
     for group in range(6):

@@ -131,3 +131,23 @@ def test_an_env_variable_out_of_range_raises_naming_the_range(
         match=rf"DJANGO_IQ_{key}='{raw}' is out of range \[{spec.minimum}, {spec.maximum}\]",
     ):
         getattr(iq_settings, key)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("none", None), ("OFF", None), ("92.5", 92.5)])
+def test_the_cpu_throttle_is_switched_off_or_on_from_the_environment(
+    set_env: Callable[[str, str], None], raw: str, expected: float | None
+) -> None:
+    set_env("CPU_THROTTLE_PERCENT", raw)
+
+    assert iq_settings.CPU_THROTTLE_PERCENT == expected
+
+
+def test_the_cpu_throttle_is_off_by_default_and_memory_on() -> None:
+    assert SETTINGS["CPU_THROTTLE_PERCENT"].default is None
+    assert (
+        SETTINGS["MEMORY_THROTTLE_PERCENT"].default,
+        SETTINGS["MEMORY_RESUME_PERCENT"].default,
+    ) == (
+        90.0,
+        80.0,
+    )

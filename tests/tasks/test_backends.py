@@ -254,3 +254,14 @@ def test_a_cancelled_task_reports_failed_with_the_reason() -> None:
     ]
     drain()
     assert not JobRun.objects.exists(), "a cancelled task never runs"
+
+
+def test_a_snoozed_task_runs_again_without_an_error_and_counts_one_attempt() -> None:
+    result = tasks.snoozes_once.enqueue("nap")
+
+    drain()
+
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "nap after 1 snooze, attempt 2", "the framework counts runs"
+    assert result.errors == [] and len(result.worker_ids) == 2

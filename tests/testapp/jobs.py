@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from django_iq import job
+from django_iq import Fail, RetryAfter, Snooze, job
 from tests.testapp.models import JobRun, RecordedRun
 
 
@@ -93,3 +93,45 @@ def recorded(token: str, group_key: str = "", seconds: float = 0.0) -> str:
         time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
     RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
     return token
+
+
+def _run_number(token: str) -> int:
+    """Record this run as ``token:<n>`` and return n (0 for the first run)."""
+    runs = JobRun.objects.filter(token__startswith=f"{token}:run").count()
+    JobRun.objects.create(token=f"{token}:run{runs}", started_at=time.time(), pid=os.getpid())
+    return runs
+
+
+@job(max_attempts=5)
+def gives_up(token: str) -> None:
+    """Ends its entry at once, with attempts left."""
+    _run_number(token)
+    raise Fail(f"{token}: nothing to do for a deleted account")
+
+
+@job(max_attempts=3)
+def comes_back(token: str, seconds: float) -> str:
+    """Asks to be retried in ``seconds`` on its first run, then succeeds."""
+    if _run_number(token) == 0:
+        raise RetryAfter(seconds, "the API said: come back later")
+    return token
+
+
+@job(max_attempts=1, max_snoozes=3)
+def polls(token: str, ready_after: int) -> str:
+    """Snoozes until it has run ``ready_after`` times (an external system finishing)."""
+    if _run_number(token) < ready_after:
+        raise Snooze(0)
+    return token
+
+
+@job(max_attempts=3, retry_on=(ConnectionError,))
+def retries_connections_only(token: str, error: str) -> None:
+    _run_number(token)
+    raise ConnectionError(token) if error == "connection" else ValueError(token)
+
+
+@job(max_attempts=3, dont_retry_on=ValueError)
+def never_retries_values(token: str, error: str) -> None:
+    _run_number(token)
+    raise ValueError(token) if error == "value" else RuntimeError(token)

@@ -53,3 +53,14 @@ def not_json() -> object:
 @task(max_attempts=1, group_key="ledger", backoff_base_seconds=0.5)
 def post_to_ledger(amount: int) -> int:
     return amount
+
+
+@task(takes_context=True)
+def snoozes_once(context, token: str) -> str:
+    runs = JobRun.objects.filter(token__startswith=f"{token}:").count()
+    JobRun.objects.create(token=f"{token}:{runs}")
+    if runs == 0:
+        from django_iq import Snooze
+
+        raise Snooze(0)
+    return f"{token} after {runs} snooze, attempt {context.attempt}"

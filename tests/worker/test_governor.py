@@ -112,10 +112,41 @@ def test_throttle_and_resume_are_logged_once_each(caplog: pytest.LogCaptureFixtu
         gov.decide(1)
         gov.decide(1)
 
-    assert [r.getMessage() for r in caplog.records] == [
-        "throttled cpu=95 memory=10 cpu_limit=90 memory_limit=80",
-        "resumed cpu=10 memory=10",
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            "throttled: not claiming until cpu < 70% and memory < 60% "
+            "cpu=95 memory=10 cpu_limit=90 memory_limit=80",
+        ),
+        (logging.WARNING, "resumed claiming cpu=10 memory=10"),
     ]
+
+
+def test_by_default_cpu_use_never_throttles_but_memory_does(caplog) -> None:
+    reader = StubReader(cpu=100, memory=10)
+    with iq_settings_with(MEMORY_THROTTLE_PERCENT=90, MEMORY_RESUME_PERCENT=80):
+        gov = ResourceGovernor(reader)  # the test settings raise the memory levels
+    assert gov.cpu_throttle is None
+
+    with caplog.at_level(logging.WARNING, logger="django_iq.governor"):
+        assert gov.decide(2).slots == 2, "a busy CPU alone does not stop claiming"
+        reader.memory = 95
+        assert gov.decide(2).is_throttled
+        reader.memory = 50
+        assert gov.decide(2).slots == 2
+
+    assert [r.getMessage() for r in caplog.records] == [
+        "throttled: not claiming until cpu < any and memory < 80% "
+        "cpu=100 memory=95 cpu_limit=off memory_limit=90",
+        "resumed claiming cpu=100 memory=50",
+    ]
+
+
+def test_cpu_throttling_is_switched_on_by_a_level() -> None:
+    with iq_settings_with(CPU_THROTTLE_PERCENT=95):
+        gov = ResourceGovernor(StubReader(cpu=97, memory=10))
+
+    assert gov.decide(1).is_throttled
 
 
 def test_levels_default_to_the_settings() -> None:
