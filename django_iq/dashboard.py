@@ -156,6 +156,14 @@ class DashboardData:
         return sum(row.view.processing_threads for row in self.live_workers)
 
     @property
+    def unserved_jobs(self) -> list[tuple[str, int, str]]:
+        """``(job name, entries waiting, oldest wait)`` of jobs no live worker registered."""
+        return [
+            (job.job_name, job.waiting, format_age(job.oldest_waiting_seconds))
+            for job in self.snapshot.unserved_jobs or []
+        ]
+
+    @property
     def throttled_workers(self) -> int:
         return sum(1 for row in self.live_workers if row.view.is_throttled)
 
@@ -177,9 +185,9 @@ class DashboardData:
 
 def dashboard_data(now: datetime) -> DashboardData:
     """Read the dashboard's numbers at ``now`` in a fixed number of queries, whatever the
-    number of queues, entries or finished jobs: the operator snapshot's eight and one for the
-    per-minute counts."""
-    snapshot = read_snapshot(now, worker_limit=WORKER_LIMIT)
+    number of queues, entries or finished jobs: the operator snapshot's ten (jobs no live worker
+    serves included) and one for the per-minute counts."""
+    snapshot = read_snapshot(now, worker_limit=WORKER_LIMIT, unserved_jobs=True)
     start = minute_of(now) - timedelta(minutes=CHART_MINUTES - 1)
     counts = QueueMinute.objects.per_minute(start)
     minutes = [start + timedelta(minutes=offset) for offset in range(CHART_MINUTES)]

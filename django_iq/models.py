@@ -167,6 +167,8 @@ class Worker(models.Model):
     host = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
     queues = models.JSONField(default=list, blank=True, help_text="Queues served; empty means all.")
+    # The jobs registered in the process: a worker claims entries of these only.
+    job_names = models.JSONField(default=list, blank=True, db_default=[])
     processing_threads = models.PositiveIntegerField(default=0)
     busy_threads = models.PositiveIntegerField(default=0)
     cpu_percent = models.FloatField(default=0)

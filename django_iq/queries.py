@@ -121,7 +121,7 @@ WITH w AS (
 ), candidates AS (
     SELECT e.{id}, e.{lock_key}, e.{priority} FROM {entry_table} e
     WHERE e.{state} = 'pending' AND e.{entry_queue} = %(queue)s AND EXISTS (SELECT 1 FROM q)
-      AND ({worker_check})
+      AND ({worker_check}) AND ({job_check})
       AND NOT EXISTS (SELECT 1 FROM {lock_table} l WHERE l.{key} = e.{lock_key})
       AND NOT EXISTS (SELECT 1 FROM {disabled_table} d WHERE d.{disabled_job} = e.{job_name})
     ORDER BY e.{priority} DESC, e.{id}
@@ -149,38 +149,47 @@ def supports_single_statement_claim(using: str) -> bool:
 
 
 def claim_in_one_statement(
-    using: str, queue: str, worker_id: int | None, limit: int, silent_after_seconds: float
+    using: str,
+    queue: str,
+    worker_id: int | None,
+    limit: int,
+    silent_after_seconds: float,
+    job_names: Sequence[str] | None = None,
 ) -> list[tuple[Any, int]]:
     """Claim up to ``limit`` entries of an uncapped, unpaused ``queue`` in one round trip.
 
     Return ``(entry, lock id)`` pairs in claim order; entries are ``Entry`` instances. Nothing
-    is claimed for a worker that is stopped or silent for ``silent_after_seconds``.
+    is claimed for a worker that is stopped or silent for ``silent_after_seconds``; with
+    ``job_names``, only entries of those jobs.
     """
     params = {
         "queue": queue,
         "worker": worker_id,
         "limit": limit,
         "silent_seconds": silent_after_seconds,
+        "jobs": list(job_names) if job_names is not None else None,
     }
+    sql = claim_sql(using, with_worker=worker_id is not None, with_jobs=job_names is not None)
     with connections[using].cursor() as cursor:
-        cursor.execute(claim_sql(using, with_worker=worker_id is not None), params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [(_instance(using, iq.Entry, row[:-1]), row[-1]) for row in rows]
 
 
-def claim_sql(using: str, *, with_worker: bool) -> str:
+def claim_sql(using: str, *, with_worker: bool, with_jobs: bool = False) -> str:
     """``CLAIM_POSTGRESQL`` for this connection's table and column names; parameters
-    ``queue``, ``worker``, ``limit`` and ``silent_seconds``. Built once per alias."""
-    sql = _CLAIM_SQL.get((using, with_worker))
+    ``queue``, ``worker``, ``limit``, ``silent_seconds`` and ``jobs``. Built once per alias."""
+    key = (using, with_worker, with_jobs)
+    sql = _CLAIM_SQL.get(key)
     if sql is None:
-        sql = _CLAIM_SQL[(using, with_worker)] = _build_claim_sql(using, with_worker)
+        sql = _CLAIM_SQL[key] = _build_claim_sql(using, with_worker, with_jobs)
     return sql
 
 
-_CLAIM_SQL: dict[tuple[str, bool], str] = {}
+_CLAIM_SQL: dict[tuple[str, bool, bool], str] = {}
 
 
-def _build_claim_sql(using: str, with_worker: bool) -> str:
+def _build_claim_sql(using: str, with_worker: bool, with_jobs: bool) -> str:
     connection = connections[using]
     quote = connection.ops.quote_name
 
@@ -194,6 +203,7 @@ def _build_claim_sql(using: str, with_worker: bool) -> str:
         stopped_at=col(iq.Worker, "stopped_at"),
         heartbeat_at=col(iq.Worker, "heartbeat_at"),
         worker_check="EXISTS (SELECT 1 FROM w)" if with_worker else "TRUE",
+        job_check=f"e.{col(iq.Entry, 'job_name')} = ANY(%(jobs)s::text[])" if with_jobs else "TRUE",
         queue_table=quote(str(iq.Queue._meta.db_table)),
         queue_name=col(iq.Queue, "name"),
         is_paused=col(iq.Queue, "is_paused"),

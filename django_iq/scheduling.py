@@ -94,11 +94,13 @@ class Scheduler:
         hand_over: Callable[[Claim], None],
         batch_size: int | None = None,
         detect_idle: bool = True,
+        job_names: Sequence[str] | None = None,
     ) -> None:
         """``detect_idle``: after a pass that claimed nothing, look whether anything claimable
         is left (``PassResult.is_idle``, what ``--burst`` stops on); a worker that runs until
-        stopped asks nothing."""
+        stopped asks nothing. ``job_names``: claim entries of these jobs only (None: any)."""
         self.worker = worker
+        self.job_names = list(job_names) if job_names is not None else None
         self.detect_idle = detect_idle
         self.queues = list(queues) if queues else None
         self.governor = governor
@@ -149,7 +151,11 @@ class Scheduler:
             if claimed >= slots:
                 break
             claims = Entry.objects.claim(
-                self.worker, slots - claimed, queue, is_capped=queue in self._capped
+                self.worker,
+                slots - claimed,
+                queue,
+                is_capped=queue in self._capped,
+                job_names=self.job_names,
             )
             for claim in claims:
                 claimed += 1
@@ -177,6 +183,8 @@ class Scheduler:
             .filter(queue_id__in=list(weights))
             .exclude(Exists(DisabledJob.objects.filter(job_name=OuterRef("job_name"))))
         )
+        if self.job_names is not None:
+            entries = entries.filter(job_name__in=self.job_names)
         horizon = timezone.now() + timedelta(seconds=BURST_RETRY_HORIZON_SECONDS)
         return bool(
             entries.awaiting_compute().exists()

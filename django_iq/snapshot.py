@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.utils import timezone
 
 from django_iq.managers import QueueStats
@@ -111,6 +111,24 @@ class WorkerView:
 
 
 @dataclass(frozen=True)
+class UnservedJob:
+    """A job with ready entries that no live worker has registered: they wait, never tried."""
+
+    job_name: str
+    waiting: int
+    oldest_waiting_at: datetime
+    oldest_waiting_seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "job_name": self.job_name,
+            "waiting": self.waiting,
+            "oldest_waiting_enqueued_at": self.oldest_waiting_at,
+            "oldest_waiting_seconds": self.oldest_waiting_seconds,
+        }
+
+
+@dataclass(frozen=True)
 class LeaderView:
     """The leadership lease: who holds it, under which epoch, until when."""
 
@@ -144,6 +162,8 @@ class Snapshot:
     worker_counts: dict[tuple[str, str], int] = field(default_factory=dict)
     throttled_workers: int = 0
     leader: LeaderView | None = None
+    # Read only when asked for (``read_snapshot(unserved_jobs=True)``); None otherwise.
+    unserved_jobs: list[UnservedJob] | None = None
 
     @property
     def totals(self) -> dict[str, int]:
@@ -168,6 +188,11 @@ class Snapshot:
             "invariant_holds": self.invariant_holds,
             "workers": [w.as_dict() for w in self.workers],
             "leader": self.leader.as_dict() if self.leader is not None else None,
+            "unserved_jobs": (
+                [job.as_dict() for job in self.unserved_jobs]
+                if self.unserved_jobs is not None
+                else None
+            ),
         }
 
 
@@ -177,6 +202,7 @@ def read_snapshot(
     queues: Sequence[str] | None = None,
     worker_limit: int | None = WORKER_LIMIT,
     include_stopped: bool = True,
+    unserved_jobs: bool = False,
 ) -> Snapshot:
     """Read queue statistics, the oldest waiting entries, the workers (listed and counted) and
     the lease at ``now``: eight queries, whatever the number of queues, entries or workers.
@@ -187,7 +213,10 @@ def read_snapshot(
     is decided by ``Worker.objects.live()`` in database time.
 
     ``queues`` restricts the queues to those names (a name with no row yet shows zeros) and the
-    listed workers to those serving at least one of them (the counts stay cluster-wide)."""
+    listed workers to those serving at least one of them (the counts stay cluster-wide).
+
+    ``unserved_jobs`` adds two queries: the jobs with pending entries that no live worker has
+    registered, with how many wait and since when (``Snapshot.unserved_jobs``)."""
     now = now or timezone.now()
     oldest = Entry.objects.oldest_waiting()
     stats_by_name = {stats.queue: stats for stats in Queue.objects.stats(queues)}
@@ -255,7 +284,32 @@ def read_snapshot(
         worker_counts=counts,
         throttled_workers=throttled,
         leader=_leader(now),
+        unserved_jobs=_unserved_jobs(now) if unserved_jobs else None,
     )
+
+
+def _unserved_jobs(now: datetime) -> list[UnservedJob]:
+    """Pending entries whose job no live worker registered, by job: they wait, never tried."""
+    served: set[str] = set()
+    live = Worker.objects.live().filter(role=Worker.Role.WORKER)
+    for names in live.values_list("job_names", flat=True):
+        served.update(names or [])
+    rows = (
+        Entry.objects.pending()
+        .exclude(job_name__in=sorted(served))
+        .values("job_name")
+        .annotate(waiting=Count("pk"), oldest=Min("enqueued_at"))
+        .order_by("oldest")
+    )
+    return [
+        UnservedJob(
+            job_name=row["job_name"],
+            waiting=row["waiting"],
+            oldest_waiting_at=row["oldest"],
+            oldest_waiting_seconds=age_seconds(now, row["oldest"]),
+        )
+        for row in rows
+    ]
 
 
 def _leader(now: datetime) -> LeaderView | None:

@@ -21,7 +21,7 @@ from django_iq.metrics import Tally
 from django_iq.models import GroupLock, Worker
 from django_iq.process import EXIT_ABANDONED, EXIT_OK, IQProcess, host_name
 from django_iq.processing import Processor
-from django_iq.registry import autodiscover
+from django_iq.registry import autodiscover, registered_jobs
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
 from django_iq.wakeup import Listener, Wakeups, listening_supported
 
@@ -49,8 +49,12 @@ class WorkerProcess(IQProcess):
         name: str | None = None,
         governor: ResourceGovernor | None = None,
         shutdown_grace_seconds: float | None = None,
+        job_names: Sequence[str] | None = None,
     ) -> None:
+        """``job_names``: the jobs to claim; by default every job registered in the process
+        once it has imported the job modules."""
         super().__init__(f"{name or host_name()}:{os.getpid()}")
+        self.job_names: list[str] | None = sorted(job_names) if job_names is not None else None
         self.queues = list(queues) if queues else None
         self.processing_threads = processing_threads or iq_settings.PROCESSING_THREADS
         self.scheduling_threads = scheduling_threads or iq_settings.SCHEDULING_THREADS
@@ -126,6 +130,10 @@ class WorkerProcess(IQProcess):
         """Run until stopped (or, with ``burst``, until nothing is claimable); return the exit code."""
         self.maybe_install_signal_handlers(install_signal_handlers)
         autodiscover()
+        if self.job_names is None:
+            # What this process can run: it claims entries of these jobs only, so an entry of
+            # a job deployed elsewhere (or not yet here) waits for a worker that knows it.
+            self.job_names = sorted(registered_jobs())
         self.register()
         # The main thread only waits from here on: an idle connection kept open would be found
         # dead at shutdown after any database restart.
@@ -152,7 +160,11 @@ class WorkerProcess(IQProcess):
         return self._shutdown()
 
     def registration(self) -> dict[str, Any]:
-        return {"queues": self.queues or [], "processing_threads": self.processing_threads}
+        return {
+            "queues": self.queues or [],
+            "processing_threads": self.processing_threads,
+            "job_names": self.job_names,
+        }
 
     def rejoin(self) -> None:
         """Start over under a fresh ``Worker`` row after being declared dead.
@@ -266,6 +278,7 @@ class WorkerProcess(IQProcess):
             idle_threads=self.idle_threads,
             hand_over=self._hand_over,
             detect_idle=self.burst,
+            job_names=self.job_names,
         )
         self._schedulers.append(scheduler)
         wake = self.wakeups.event()

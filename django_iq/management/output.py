@@ -123,6 +123,19 @@ def render_text(status: Snapshot) -> str:
         lines.append("No running workers.")
     lines.append("")
 
+    if status.unserved_jobs:
+        lines.append("Jobs no live worker has registered (their entries wait, never tried)")
+        lines.append(
+            render_table(
+                ["JOB", ">WAITING", ">OLDEST WAITING"],
+                [
+                    [j.job_name, j.waiting, format_seconds(j.oldest_waiting_seconds)]
+                    for j in status.unserved_jobs
+                ],
+            )
+        )
+        lines.append("")
+
     lines.append("Leader")
     lines.append(_leader_line(status))
     return "\n".join(lines)

@@ -286,6 +286,7 @@ class EntryManager(EntryOutcomeManager):
         queue: str,
         *,
         is_capped: bool | None = None,
+        job_names: Sequence[str] | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` ready entries of ``queue`` for ``worker`` by creating group locks.
 
@@ -303,13 +304,18 @@ class EntryManager(EntryOutcomeManager):
         worker is stopped (declared dead) or silent past ``WORKER_SILENT_AFTER_SECONDS``: no
         lock is ever taken under a dead worker's row. Each lock's ``locked_at`` is the
         database's clock once the claim holds every row lock it waited for.
+
+        ``job_names`` (a worker's registered jobs) limits the claim to entries of those jobs:
+        an entry no worker knows is never attempted, it waits.
         """
         db = router.db_for_write(self.model)
         worker_id = worker.pk if worker is not None else None
         silent_after = iq_settings.WORKER_SILENT_AFTER_SECONDS
         if is_capped is False and supports_single_statement_claim(db):
             claims: dict[str, Claim] = {}
-            for entry, lock_id in claim_in_one_statement(db, queue, worker_id, limit, silent_after):
+            for entry, lock_id in claim_in_one_statement(
+                db, queue, worker_id, limit, silent_after, job_names
+            ):
                 claim = claims.setdefault(entry.lock_key, Claim(lock_id, entry.lock_key, queue))
                 claim.entries.append(entry)
             return list(claims.values())
@@ -336,10 +342,11 @@ class EntryManager(EntryOutcomeManager):
             # worker's row meanwhile (which would hold up the worker's heartbeat).
             if worker_id is not None and not lock_live_worker(db, worker_id, silent_after):
                 return []
+            ready = self._on(db).filter(state=EntryState.PENDING, queue_id=queue)
+            if job_names is not None:
+                ready = ready.filter(job_name__in=list(job_names))
             candidates = list(
-                self._on(db)
-                .filter(state=EntryState.PENDING, queue_id=queue)
-                .exclude(Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key"))))
+                ready.exclude(Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key"))))
                 .exclude(Exists(iq.DisabledJob.objects.filter(job_name=OuterRef("job_name"))))
                 .order_by("-priority", "pk")
                 .select_for_update(skip_locked=True)[:limit]

@@ -30,8 +30,10 @@ class WorkerManager(models.Manager["Worker"]):
         pid: int,
         queues: list[str],
         processing_threads: int,
+        job_names: list[str] | None = None,
     ) -> Worker:
-        """Record a starting process; a stale row of the same name is replaced."""
+        """Record a starting process; a stale row of the same name is replaced. ``job_names``:
+        the jobs registered in a worker process (what it claims)."""
         self.filter(name=name).delete()
         worker = self.create(
             name=name,
@@ -40,6 +42,7 @@ class WorkerManager(models.Manager["Worker"]):
             pid=pid,
             queues=queues,
             processing_threads=processing_threads,
+            job_names=sorted(job_names or []),
         )
         self.filter(pk=worker.pk).update(started_at=Now(), heartbeat_at=Now())
         return worker

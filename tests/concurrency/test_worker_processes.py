@@ -103,3 +103,22 @@ def test_supervised_processes_option_runs_all_entries_once() -> None:
     assert JobRun.objects.count() == 300
     assert JobRun.objects.values("pid").distinct().count() >= 2, output[-2000:]
     assert Entry.objects.count() == 0
+
+
+def test_only_a_worker_process_that_registered_a_job_runs_its_entries() -> None:
+    Queue.objects.ensure("default")
+    name = "tests.testapp.late_jobs.arrives_later"
+    Entry.objects.create(queue_id="default", job_name=name, args=["late"], lock_key="e:late")
+    record.enqueue_many([((f"now-{i}",), {}) for i in range(20)])
+
+    run_workers(2, "--threads", "2")  # the test settings: they do not know the job
+
+    assert JobRun.objects.filter(token__startswith="now-").count() == 20
+    left = Entry.objects.get(job_name=name)
+    assert (left.state, left.attempts) == ("pending", 0) and not EntryError.objects.exists()
+
+    later = command_env(DJANGO_SETTINGS_MODULE="tests.settings_late_jobs")
+    run_workers(1, "--threads", "1", env=later)
+
+    assert JobRun.objects.filter(token="late").exists() and not Entry.objects.exists()
+    assert not EntryError.objects.exists()

@@ -143,6 +143,7 @@ def test_status_json_keys_are_stable() -> None:
         "leader",
         "queues",
         "totals",
+        "unserved_jobs",
         "workers",
     ]
     assert sorted(document["queues"][0]) == [
@@ -805,3 +806,40 @@ def test_verbosity_zero_acts_and_prints_nothing(args: list[str], done: Any) -> N
 
     assert run(*args, verbosity=0) == ""
     assert done()
+
+
+def test_status_names_jobs_no_live_worker_serves_and_their_oldest_wait() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_iq.models import Entry, Queue, Worker
+
+    Queue.objects.ensure("default")
+    long_ago = timezone.now() - timedelta(minutes=10)
+    for index in range(3):
+        Entry.objects.create(
+            queue_id="default",
+            job_name="billing.jobs.invoice",
+            lock_key=f"e:inv{index}",
+            enqueued_at=long_ago + timedelta(seconds=index),
+        )
+    Entry.objects.create(queue_id="default", job_name="reports.jobs.daily", lock_key="e:daily")
+    Worker.objects.register(
+        name="w:1",
+        role="worker",
+        host="h",
+        pid=1,
+        queues=[],
+        processing_threads=1,
+        job_names=["reports.jobs.daily"],
+    )
+
+    document = json.loads(run("iq_status", "--json"))
+    text = run("iq_status")
+
+    (unserved,) = document["unserved_jobs"]
+    assert (unserved["job_name"], unserved["waiting"]) == ("billing.jobs.invoice", 3)
+    assert 590 <= unserved["oldest_waiting_seconds"] <= 700
+    assert "Jobs no live worker has registered" in text and "billing.jobs.invoice" in text
+    assert "reports.jobs.daily" not in text.split("Jobs no live worker")[1]

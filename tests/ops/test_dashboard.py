@@ -465,12 +465,13 @@ def _queries(action: Callable[[], object]) -> int:
 
 
 @pytest.mark.django_db
-def test_dashboard_data_takes_nine_queries(django_assert_num_queries: Any) -> None:
+def test_dashboard_data_takes_eleven_queries(django_assert_num_queries: Any) -> None:
     EntryFactory()
     WorkerFactory()
 
-    # The operator snapshot's eight, and the per-minute counts.
-    with django_assert_num_queries(9):
+    # The operator snapshot's eight, the jobs no live worker serves (two), and the per-minute
+    # counts.
+    with django_assert_num_queries(11):
         dashboard_data(timezone.now())
 
 
@@ -495,3 +496,15 @@ def test_query_count_does_not_grow_with_queues_entries_or_workers(
 
     assert _queries(lambda: dashboard_data(timezone.now())) == small_data
     assert _queries(lambda: operator_client.get(URL)) == small_page
+
+
+@pytest.mark.django_db
+def test_the_dashboard_names_jobs_no_live_worker_serves(operator_client: Client) -> None:
+    WorkerFactory(job_names=[record.name])
+    record.enqueue("served")
+    EntryFactory(job_name="elsewhere.jobs.only_there")
+
+    html = operator_client.get(URL).content.decode()
+
+    assert 'data-unserved-job="elsewhere.jobs.only_there"' in html
+    assert f'data-unserved-job="{record.name}"' not in html

@@ -105,15 +105,47 @@ def test_exhausted_attempts_leave_a_final_error_with_traceback_and_requeue_runs_
     assert EntryError.objects.count() == 4
 
 
-def test_unregistered_job_name_in_the_database_becomes_an_error_record_and_is_not_imported() -> (
-    None
-):
+def test_an_entry_of_a_job_the_worker_does_not_know_is_never_attempted() -> None:
+    Queue.objects.ensure("default")
+    Entry.objects.create(
+        queue_id="default", job_name="os.system", args=["true"], lock_key="e:manual", max_attempts=1
+    )
+    record.enqueue("known")
+
+    worker = drain(processing_threads=1)
+
+    unknown = Entry.objects.get(job_name="os.system")
+    assert (unknown.state, unknown.attempts) == ("pending", 0), (
+        "it waits for a worker that knows it"
+    )
+    assert not EntryError.objects.exists() and not GroupLock.objects.exists()
+    assert JobRun.objects.filter(token="known").exists(), "known jobs flow past it"
+    names = Worker.objects.get(name=worker.name).job_names
+    assert record.name in names and "os.system" not in names
+
+
+def test_a_worker_with_the_job_registered_runs_what_another_left() -> None:
+    Queue.objects.ensure("default")
+    name = "tests.testapp.late_jobs.arrives_later"
+    Entry.objects.create(queue_id="default", job_name=name, args=["late"], lock_key="e:late")
+
+    drain(processing_threads=1)
+    assert Entry.objects.filter(job_name=name, attempts=0).exists()
+
+    import tests.testapp.late_jobs  # noqa: F401 (deployed here now: the job registers)
+
+    drain(processing_threads=1)
+    assert JobRun.objects.filter(token="late").exists() and not Entry.objects.exists()
+    assert not EntryError.objects.exists()
+
+
+def test_a_job_name_given_to_the_worker_but_not_registered_fails_for_good() -> None:
     Queue.objects.ensure("default")
     Entry.objects.create(
         queue_id="default", job_name="os.system", args=["true"], lock_key="e:manual", max_attempts=1
     )
 
-    drain(processing_threads=1)
+    drain(processing_threads=1, job_names=["os.system"])
 
     error = EntryError.objects.get()
     assert error.exception_class == "django_iq.exceptions.JobNotRegistered"

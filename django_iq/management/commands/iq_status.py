@@ -103,7 +103,9 @@ class Command(BaseCommand):
 
     def _report(self, queues: list[str] | None, *, as_json: bool, indent: int | None) -> str:
         # Every running worker is listed, not the dashboard's first hundred.
-        status = read_snapshot(queues=queues, worker_limit=None, include_stopped=False)
+        status = read_snapshot(
+            queues=queues, worker_limit=None, include_stopped=False, unserved_jobs=True
+        )
         if as_json:
             return json.dumps(status.as_dict(), cls=DjangoJSONEncoder, indent=indent)
         return render_text(status)
