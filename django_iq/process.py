@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_ABANDONED = 1
+# A worker that ran its --max-jobs-per-child or passed its --max-memory-per-child, finished its
+# jobs and stopped: its supervisor starts a fresh one at once.
+EXIT_RECYCLE = 3
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Signals arriving this soon after the first are one stop request, not a second one: the same
 # request reaching a process from its --processes parent and from its process group (or

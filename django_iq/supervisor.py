@@ -13,14 +13,22 @@ from typing import Any
 from django.db import connections
 
 from django_iq.models import Worker
-from django_iq.process import EXIT_ABANDONED, EXIT_OK, STOP_SIGNALS, IQProcess, host_name
+from django_iq.process import (
+    EXIT_ABANDONED,
+    EXIT_OK,
+    EXIT_RECYCLE,
+    STOP_SIGNALS,
+    IQProcess,
+    host_name,
+)
 from django_iq.worker import WorkerProcess
 
 logger = logging.getLogger(__name__)
 
 
 class Supervisor(IQProcess):
-    """Runs ``processes`` worker processes, restarting any that crash.
+    """Runs ``processes`` worker processes, restarting any that crash, and replacing at once
+    any that exit to be recycled (``--max-jobs-per-child``, ``--max-memory-per-child``).
 
     Children are forked after database connections are closed. SIGTERM/SIGINT are passed on to
     the children; a second signal is passed on too, which stops them at once. The supervisor
@@ -76,10 +84,16 @@ class Supervisor(IQProcess):
                 if child.exitcode is None:
                     continue
                 del self.children[index]
-                if self.stopping.is_set() or (self.burst and child.exitcode == EXIT_OK):
-                    exit_code = max(
-                        exit_code, EXIT_OK if child.exitcode == EXIT_OK else EXIT_ABANDONED
-                    )
+                if child.exitcode == EXIT_RECYCLE and not self.stopping.is_set():
+                    # It finished its jobs and marked itself stopped: a fresh one, at once.
+                    logger.info("worker process recycled index=%s pid=%s", index, child.pid)
+                    self._start(index)
+                    continue
+                if self.stopping.is_set() or (
+                    self.burst and child.exitcode in (EXIT_OK, EXIT_RECYCLE)
+                ):
+                    clean = child.exitcode in (EXIT_OK, EXIT_RECYCLE)
+                    exit_code = max(exit_code, EXIT_OK if clean else EXIT_ABANDONED)
                     continue
                 restarts += 1
                 _mark_dead(child.pid)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import psutil
 from django.db import connections, router, transaction
 
 from django_iq.acks import AckWriter
@@ -19,7 +20,7 @@ from django_iq.governor import ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
 from django_iq.models import GroupLock, Worker
-from django_iq.process import EXIT_ABANDONED, EXIT_OK, IQProcess, host_name
+from django_iq.process import EXIT_ABANDONED, EXIT_OK, EXIT_RECYCLE, IQProcess, host_name
 from django_iq.processing import Processor
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
@@ -50,9 +51,13 @@ class WorkerProcess(IQProcess):
         governor: ResourceGovernor | None = None,
         shutdown_grace_seconds: float | None = None,
         job_names: Sequence[str] | None = None,
+        max_jobs: int | None = None,
+        max_memory_mb: int | None = None,
     ) -> None:
         """``job_names``: the jobs to claim; by default every job registered in the process
-        once it has imported the job modules."""
+        once it has imported the job modules. ``max_jobs`` / ``max_memory_mb``: claim no more
+        than that many entries in all / nothing more once the process's resident memory
+        passes that many MiB, then finish the jobs in hand and exit with ``EXIT_RECYCLE``."""
         super().__init__(f"{name or host_name()}:{os.getpid()}")
         self.job_names: list[str] | None = sorted(job_names) if job_names is not None else None
         self.queues = list(queues) if queues else None
@@ -90,6 +95,13 @@ class WorkerProcess(IQProcess):
         # The moving average of this worker's job durations (None until one has finished).
         self._job_seconds: float | None = None
         self._schedulers: list[Scheduler] = []
+        # Recycling: entries claimed so far, against max_jobs; the memory limit, in bytes.
+        self.max_jobs = max_jobs
+        self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
+        self._claimed_entries = 0
+        self._over_memory = False
+        self._memory_read_at = 0.0
+        self.recycling = False
 
     # -- counters ---------------------------------------------------------------------------
 
@@ -100,7 +112,41 @@ class WorkerProcess(IQProcess):
         if self.acks.pending() >= self.ack_backlog_limit:
             return 0
         capacity = self.processing_threads + self.prefetch()
-        return max(0, capacity - self._busy - self.handover.qsize())
+        idle = max(0, capacity - self._busy - self.handover.qsize())
+        if self.max_jobs is not None or self.max_memory_bytes is not None:
+            idle = min(idle, self._claims_left())
+        return idle
+
+    def _claims_left(self) -> int:
+        """Entries this process may still claim before it is recycled (0 once over memory)."""
+        # A process over the limit from the start still runs what it claims first: it would
+        # otherwise be replaced by one just like it, forever, and run nothing.
+        if self.max_memory_bytes is not None and not self._over_memory and self._claimed_entries:
+            now = time.monotonic()
+            if now - self._memory_read_at >= 1.0:
+                self._memory_read_at = now
+                rss = psutil.Process().memory_info().rss
+                if rss > self.max_memory_bytes:
+                    self._over_memory = True
+                    logger.warning(
+                        "memory limit passed name=%s rss_mb=%.0f limit_mb=%.0f: finishing the "
+                        "jobs in hand, then exiting to be replaced",
+                        self.name,
+                        rss / 1048576,
+                        self.max_memory_bytes / 1048576,
+                    )
+        if self._over_memory:
+            return 0
+        if self.max_jobs is None:
+            return 1 << 30
+        with self._held_lock:
+            return max(0, self.max_jobs - self._claimed_entries)
+
+    def _due_for_recycling(self) -> bool:
+        """Out of claims (max_jobs or memory) with every claim in hand finished and written."""
+        if self.max_jobs is None and self.max_memory_bytes is None:
+            return False
+        return self._claims_left() == 0 and self._finished_locally()
 
     def prefetch(self) -> int:
         """Claims that may wait in the hand-over queue beyond one per idle thread: while this
@@ -247,7 +293,9 @@ class WorkerProcess(IQProcess):
             released,
             abandoned,
         )
-        return EXIT_ABANDONED if abandoned else EXIT_OK
+        if abandoned:
+            return EXIT_ABANDONED
+        return EXIT_RECYCLE if self.recycling else EXIT_OK
 
     def _release_unstarted(self) -> int:
         lock_ids = []
@@ -301,6 +349,15 @@ class WorkerProcess(IQProcess):
                     logger.info("burst done name=%s: nothing claimable left", self.name)
                     self.stop()
                     break
+                if self._due_for_recycling():
+                    logger.info(
+                        "recycling name=%s after %s entries: exiting to be replaced",
+                        self.name,
+                        self._claimed_entries,
+                    )
+                    self.recycling = True
+                    self.stop()
+                    break
                 if result.sleep_seconds:
                     wake.wait(result.sleep_seconds)
         finally:
@@ -309,6 +366,7 @@ class WorkerProcess(IQProcess):
     def _hand_over(self, claim: Claim) -> None:
         with self._held_lock:
             self._held.add(claim.lock_id)
+            self._claimed_entries += len(claim.entries)
         self.handover.put(claim)
 
     def _forget(self, claim: Claim) -> None:

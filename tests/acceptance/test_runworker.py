@@ -113,6 +113,8 @@ def test_burst_exits_zero_when_nothing_is_claimable() -> None:
         (["--shutdown-grace-seconds", "inf"], "expected a finite number of seconds, got 'inf'"),
         (["--shutdown-grace-seconds", "1e9"], "must be at most 86400, got 1e9"),
         (["--threads", "100000"], "must be at most 512, got 100000"),
+        (["--max-jobs-per-child", "0"], "must be greater than zero, got 0"),
+        (["--max-memory-per-child", "lots"], "expected a whole number, got 'lots'"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_message(option: list[str], message: str) -> None:

@@ -38,6 +38,18 @@ class Command(BaseCommand):
             "--name", help="Node name prefix (default: host name); the pid is appended."
         )
         parser.add_argument(
+            "--max-jobs-per-child",
+            type=whole(1, 1_000_000_000),
+            help="Replace a worker process after it has run this many entries (1: one process "
+            "per entry). Runs under the --processes supervisor.",
+        )
+        parser.add_argument(
+            "--max-memory-per-child",
+            type=whole(1, 10_000_000),
+            help="Replace a worker process once its resident memory passes this many MiB, after "
+            "its current jobs. Runs under the --processes supervisor.",
+        )
+        parser.add_argument(
             "--shutdown-grace-seconds",
             type=seconds(0, 86_400),
             help="Wait this long for running jobs on stop (0 to 86400).",
@@ -68,8 +80,11 @@ class Command(BaseCommand):
             "scheduling_threads": options["scheduling_threads"],
             "name": options["name"],
             "shutdown_grace_seconds": grace,
+            "max_jobs": options["max_jobs_per_child"],
+            "max_memory_mb": options["max_memory_per_child"],
         }
-        if options["processes"] > 1:
+        recycled = options["max_jobs_per_child"] or options["max_memory_per_child"]
+        if options["processes"] > 1 or recycled:
             code = run_supervisor(
                 processes=options["processes"], burst=options["burst"], **worker_options
             )
