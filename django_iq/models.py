@@ -94,6 +94,12 @@ class Entry(models.Model):
     )
     # The Result row of an entry enqueued through the Django Tasks backend.
     result_id = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001
+    # Unique jobs: while an entry holds this key, enqueueing another with it returns this one.
+    # NULL (no key) repeats freely; the database's unique constraint decides between racers.
+    unique_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+
+    # Set on an entry that ``enqueue()`` returned instead of writing a new one (unique jobs).
+    is_duplicate = False
 
     objects = EntryManager()
 

@@ -5,6 +5,8 @@ of registered jobs, handed to them by the caller so that they never import the r
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,10 +39,13 @@ JOB_OPTIONS = (
     "retry_on",
     "dont_retry_on",
     "max_snoozes",
+    "unique",
 )
 # Backoff and the retry policy belong to the job (workers read them from the registry), so
 # using() cannot change them.
-USING_OPTIONS = ("queue", "priority", "max_attempts", "group_key", "run_at")
+USING_OPTIONS = ("queue", "priority", "max_attempts", "group_key", "run_at", "unique_key")
+# Unique keys are stored in a 200-character column; a key made by ``unique=True`` takes 66.
+MAX_UNIQUE_KEY_LENGTH = 200
 
 
 def unknown_option(name: str, allowed: Sequence[str], where: str) -> InvalidJobOptions:
@@ -119,8 +124,23 @@ class JobOptions:
     retry_on: tuple[type[BaseException], ...] | None = None
     dont_retry_on: tuple[type[BaseException], ...] = ()
     max_snoozes: int | None = None
+    # unique=True: a key made from the job's name and arguments; unique_key: one given.
+    unique: bool = False
+    unique_key: str | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.unique, bool):
+            raise InvalidJobOptions(f"unique must be True or False, got {self.unique!r:.80}.")
+        if self.unique_key is not None and (
+            not isinstance(self.unique_key, str)
+            or not 0 < len(self.unique_key) <= MAX_UNIQUE_KEY_LENGTH
+        ):
+            raise InvalidJobOptions(
+                f"unique_key must be a string of 1 to {MAX_UNIQUE_KEY_LENGTH} characters, "
+                f"got {self.unique_key!r:.80}."
+            )
+        if self.unique_key is not None:
+            _text_option("unique_key", self.unique_key)
         for name in ("retry_on", "dont_retry_on"):
             value = getattr(self, name)
             if value is not None:
@@ -222,6 +242,18 @@ class JobOptions:
         if self.dont_retry_on and isinstance(exc, self.dont_retry_on):
             return False
         return self.retry_on is None or isinstance(exc, self.retry_on)
+
+    def unique_key_for(
+        self, job_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str | None:
+        """The entry's unique key: the one given with ``using()``, else, for ``unique=True``,
+        one made from the job's name and its arguments as stored (JSON, keys sorted)."""
+        if self.unique_key is not None:
+            return self.unique_key
+        if not self.unique:
+            return None
+        call = json.dumps([job_name, list(args), kwargs], sort_keys=True, separators=(",", ":"))
+        return "u:" + hashlib.sha256(call.encode()).hexdigest()
 
     @property
     def effective_max_snoozes(self) -> int:

@@ -388,7 +388,7 @@ NOTIFY_CHANNEL = "django_iq"
 ENQUEUE_ONE_POSTGRESQL = """{results}
 INSERT INTO {entry_table} ({columns})
 SELECT {values}
-WHERE EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s)
+WHERE EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s){on_conflict}
 RETURNING {id}, {state}{notify}
 """
 ENQUEUE_MANY_POSTGRESQL = """{results}
@@ -407,7 +407,7 @@ _DISABLED_OR = (
     "CASE WHEN EXISTS (SELECT 1 FROM {disabled_table} WHERE {disabled_job} = %s) "
     "THEN 'disabled' ELSE {value} END"
 )
-_ENQUEUE_SQL: dict[tuple[str, int, int, bool], str] = {}
+_ENQUEUE_SQL: dict[tuple[str, int, int, bool, bool], str] = {}
 
 
 def supports_single_statement_enqueue(using: str) -> bool:
@@ -420,9 +420,12 @@ def _stored_fields(model: Any) -> list[Any]:
     return [f for f in model._meta.concrete_fields if f is not model._meta.auto_field]
 
 
-def _enqueue_sql(connection: Any, rows: int, results: int, notify: bool) -> str:
-    """The enqueue statement for ``rows`` entries and ``results`` result rows, built once."""
-    key = (connection.alias, rows, results, notify)
+def _enqueue_sql(
+    connection: Any, rows: int, results: int, notify: bool, unique: bool = False
+) -> str:
+    """The enqueue statement for ``rows`` entries and ``results`` result rows, built once.
+    ``unique`` (one entry): an entry whose unique key is taken is not written."""
+    key = (connection.alias, rows, results, notify, unique)
     sql = _ENQUEUE_SQL.get(key)
     if sql is not None:
         return sql
@@ -476,7 +479,10 @@ def _enqueue_sql(connection: Any, rows: int, results: int, notify: bool) -> str:
             disabled_or.format(value=cast) if f.name == "state" else cast
             for f, cast in zip(fields, casts(fields), strict=True)
         ]
-        sql = ENQUEUE_ONE_POSTGRESQL.format(values=", ".join(values), **common)
+        on_conflict = f"\nON CONFLICT ({col(iq.Entry, 'unique_key')}) DO NOTHING" if unique else ""
+        sql = ENQUEUE_ONE_POSTGRESQL.format(
+            values=", ".join(values), on_conflict=on_conflict, **common
+        )
     else:
         selected = [
             disabled_or.format(value=f"v.{name}") if f.name == "state" else f"v.{name}"
@@ -500,10 +506,12 @@ def enqueue_in_one_statement(
     entries: Sequence[Any],
     *,
     results: Sequence[Any] = (),
+    unique: bool = False,
 ) -> list[tuple[int, str]] | None:
     """Insert ``entries`` (unsaved ``Entry`` objects of one job and queue) and ``results``
     (unsaved ``Result`` rows) in one statement; return ``(id, state)`` per entry in order,
-    or None, with nothing written, if ``queue`` has no row."""
+    or None, with nothing written, if ``queue`` has no row or (``unique``, one entry without
+    results) the entry's unique key is taken."""
     connection = connections[using]
     params: list[Any] = []
     if results:
@@ -525,7 +533,7 @@ def enqueue_in_one_statement(
         if not one:
             params.append(index)
     params.append(queue)
-    sql = _enqueue_sql(connection, len(entries), len(results), notifications_on(using))
+    sql = _enqueue_sql(connection, len(entries), len(results), notifications_on(using), unique)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         created = [(row[0], row[1]) for row in cursor.fetchall()]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import models, router, transaction
+from django.db import IntegrityError, connections, models, router, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -36,6 +36,10 @@ from django_iq.states import WAITING, EntryState, lock_key_for
 
 if TYPE_CHECKING:
     from django_iq.models import Entry, Result, Worker
+
+
+# A unique entry whose key is freed and taken again between our tries is tried this often.
+UNIQUE_ENQUEUE_TRIES = 5
 
 
 @dataclass
@@ -141,6 +145,7 @@ class EntryManager(EntryOutcomeManager):
             "run_at": run_at,
             "max_attempts": options.effective_max_attempts,
             "enqueued_at": now,
+            "unique_key": options.unique_key_for(job_name, args, kwargs),
         }
         # Positional, in field order: Django's fast path (no keyword matching per field).
         model: Callable[..., Entry] = self.model
@@ -206,6 +211,16 @@ class EntryManager(EntryOutcomeManager):
             entry.result_id = result.pk
         if not entries:
             return []
+        if any(entry.unique_key is not None for entry in entries):
+            with reachable(db, "nothing was enqueued"):
+                entries = [
+                    self._insert_unique(db, job_name, options.queue_name, entry, jobs)
+                    for entry in entries
+                ]
+            for entry in entries:
+                if not entry.is_duplicate:
+                    signals.send(signals.entry_enqueued, self.model, entry=entry)
+            return entries
         with reachable(db, "nothing was enqueued"):
             if supports_single_statement_enqueue(db):
                 self._insert_in_statements(db, job_name, options.queue_name, entries, results, jobs)
@@ -258,6 +273,56 @@ class EntryManager(EntryOutcomeManager):
             iq.Queue.objects.db_manager(db).ensure(queue, jobs)
             if not insert_all():
                 raise QueueNotFound(f"Queue {queue!r} was deleted while entries were enqueued.")
+
+    def _insert_unique(
+        self, db: str, job_name: str, queue: str, entry: Entry, jobs: JobCatalog | None
+    ) -> Entry:
+        """Insert ``entry`` unless an entry holding its unique key exists; return the one
+        written, or the one that was there (``is_duplicate``). The database's unique constraint
+        decides between concurrent callers; a key freed meanwhile (its entry finished) is
+        tried again."""
+        for _ in range(UNIQUE_ENQUEUE_TRIES):
+            if supports_single_statement_enqueue(db):
+                rows = enqueue_in_one_statement(db, queue, job_name, [entry], unique=True)
+                if rows:
+                    ((entry.pk, entry.state),) = rows
+                    entry._state.adding, entry._state.db = False, db
+                    return entry
+            elif self._save_unless_taken(db, job_name, queue, entry, jobs):
+                return entry
+            existing = self._holding(db, str(entry.unique_key))
+            if existing is not None:
+                existing.is_duplicate = True
+                return existing
+            # Neither written nor taken: the queue has no row yet (create it if it is
+            # declared, or refuse), or the entry holding the key finished meanwhile.
+            iq.Queue.objects.db_manager(db).ensure(queue, jobs)
+        raise QueueNotFound(f"Queue {queue!r} was deleted while an entry was enqueued.")
+
+    def _save_unless_taken(
+        self, db: str, job_name: str, queue: str, entry: Entry, jobs: JobCatalog | None
+    ) -> bool:
+        iq.Queue.objects.db_manager(db).ensure(queue, jobs)
+        if iq.DisabledJob.objects.using(db).filter(job_name=job_name).exists():
+            entry.state = EntryState.DISABLED
+        try:
+            with transaction.atomic(using=db):
+                entry.save(force_insert=True, using=db)
+        except IntegrityError:
+            entry.pk = None
+            entry._state.adding = True
+            return False
+        return True
+
+    def _holding(self, db: str, unique_key: str) -> Entry | None:
+        """The entry holding ``unique_key``, as committed now. Inside a transaction on MariaDB
+        set to repeatable read (Django's default there is read committed) a plain read sees the
+        transaction's snapshot, which may predate the entry that refused ours: a locking read
+        sees past it (its row lock ends with the caller's transaction)."""
+        rows = self._on(db).filter(unique_key=unique_key)
+        if connections[db].vendor != "mysql" or not connections[db].in_atomic_block:
+            return rows.first()
+        return rows.select_for_update().first()
 
     def _insert_with_orm(
         self,

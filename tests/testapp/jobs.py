@@ -135,3 +135,9 @@ def retries_connections_only(token: str, error: str) -> None:
 def never_retries_values(token: str, error: str) -> None:
     _run_number(token)
     raise ValueError(token) if error == "value" else RuntimeError(token)
+
+
+@job(unique=True)
+def refresh_account(account_id: int, full: bool = False) -> None:
+    """At most one waiting or running entry per set of arguments."""
+    JobRun.objects.create(token=f"refresh:{account_id}:{full}:{time.time()}")
