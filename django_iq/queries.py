@@ -40,6 +40,12 @@ _INSERT_LOCKS_BY_VENDOR = {
 }
 
 
+def columns(connection: Any, model: Any) -> dict[str, str]:
+    """Field name to quoted column name, for each concrete field of ``model``."""
+    quote = connection.ops.quote_name
+    return {f.name: str(quote(str(f.column))) for f in model._meta.concrete_fields}
+
+
 def _template(templates: dict[str, str], vendor: str, what: str) -> str:
     try:
         return templates[vendor]
@@ -76,7 +82,7 @@ def insert_group_locks(
     connection = connections[using]
     quote = connection.ops.quote_name
     opts = iq.GroupLock._meta
-    column = {f.name: quote(str(f.column)) for f in opts.concrete_fields}
+    column = columns(connection, iq.GroupLock)
     ordered = sorted(set(keys))
     sql = _template(_INSERT_LOCKS_BY_VENDOR, connection.vendor, "claim entries").format(
         table=quote(str(opts.db_table)),
@@ -579,7 +585,7 @@ def start_result(using: str, result_id: str, worker_id: str, now: Any) -> Any:
     quote = connection.ops.quote_name
     model = iq.Result
     fields = model._meta.concrete_fields
-    column = {f.name: quote(str(f.column)) for f in fields}
+    column = columns(connection, model)
     sql = START_RESULT.format(
         table=quote(str(model._meta.db_table)),
         append=_template(_APPEND_WORKER_BY_VENDOR, connection.vendor, "start a task").format(
@@ -726,7 +732,7 @@ def _complete_sql(connection: Any, with_results: bool) -> str:
         results = ""
         if with_results:
             fields = iq.Result._meta.concrete_fields
-            column = {f.name: quote(str(f.column)) for f in fields}
+            column = columns(connection, iq.Result)
             results = COMPLETE_RESULTS_POSTGRESQL.format(
                 table=quote(str(iq.Result._meta.db_table)),
                 columns=", ".join(f"r.{quote(str(f.column))}" for f in fields),
@@ -864,7 +870,7 @@ def finish_results(using: str, done: Sequence[tuple[str, Any, Any]]) -> bool:
         return False
     quote = connection.ops.quote_name
     model = iq.Result
-    column = {f.name: quote(str(f.column)) for f in model._meta.concrete_fields}
+    column = columns(connection, model)
     value_field = model._meta.get_field("return_value")
     at_field = model._meta.get_field("finished_at")
     sql = FINISH_RESULTS_POSTGRESQL.format(
@@ -899,7 +905,7 @@ def start_results(using: str, starts: Sequence[tuple[str, str, Any]]) -> bool:
         return True
     quote = connection.ops.quote_name
     model = iq.Result
-    column = {f.name: quote(str(f.column)) for f in model._meta.concrete_fields}
+    column = columns(connection, model)
     at_field = model._meta.get_field("started_at")
     sql = START_RESULTS_POSTGRESQL.format(
         table=quote(str(model._meta.db_table)),

@@ -174,6 +174,8 @@ def test_claim_gate_closing_waits_for_running_passes_and_holds_new_ones_back() -
     late = threading.Thread(target=late_pass)
     closer.start()
     late.start()
+    # A check that nothing happens: there is no condition to poll for, so give the two threads
+    # a moment in which they would have run if the gate did not hold them.
     time.sleep(0.1)
     assert events == []  # the gate waits for the pass under way
     release_pass.set()
