@@ -1,7 +1,16 @@
 """django_iq: a database-backed job queue for Django."""
 
-from django_iq.exceptions import Fail, RetryAfter, Snooze
+from django_iq.exceptions import Fail, JobTimeout, RetryAfter, Snooze
 from django_iq.registry import enqueue, enqueue_many, job
 
 __version__ = "0.1.0"
-__all__ = ["Fail", "RetryAfter", "Snooze", "__version__", "enqueue", "enqueue_many", "job"]
+__all__ = [
+    "Fail",
+    "JobTimeout",
+    "RetryAfter",
+    "Snooze",
+    "__version__",
+    "enqueue",
+    "enqueue_many",
+    "job",
+]

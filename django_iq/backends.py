@@ -17,7 +17,15 @@ from django_iq import signals
 from django_iq.dbconn import with_db_retry
 from django_iq.exceptions import DatabaseUnavailable, InvalidJobOptions, IQError
 from django_iq.models import Entry, EntryError, Result
-from django_iq.registry import Job, JobOptions, catalog, get_job, register, registered_jobs
+from django_iq.registry import (
+    Job,
+    JobOptions,
+    catalog,
+    get_job,
+    register,
+    registered_jobs,
+    run_coroutine,
+)
 from django_iq.serialization import validate_arguments
 from django_iq.tasks_compat import (
     BaseTaskBackend,
@@ -92,6 +100,7 @@ class TaskJob(Job[Any, Any]):
         entry: Entry,
         worker_name: str,
         started: Callable[[str, datetime], None] | None = None,
+        timeout: float | None = None,
     ) -> Any:
         backend = cast("IQBackend", self.task.get_backend())
         first_run = entry.attempts == 0 and entry.snoozes == 0
@@ -117,12 +126,14 @@ class TaskJob(Job[Any, Any]):
         else:
             task_result = backend.result_for(self.task, entry, worker_name)
         signals.send(task_started, type(backend), task_result=task_result)
+        args = list(entry.args)
         if self.task.takes_context:
-            value = self.task.call(
-                TaskContext(task_result=task_result), *entry.args, **entry.kwargs
-            )
+            args.insert(0, TaskContext(task_result=task_result))
+        if self.is_async:
+            # Not Task.call: the coroutine is cancelled at the timeout (JobTimeout).
+            value = run_coroutine(self.task.func, args, entry.kwargs, timeout)
         else:
-            value = self.task.call(*entry.args, **entry.kwargs)
+            value = self.task.call(*args, **entry.kwargs)
         return normalize_json(value)
 
 

@@ -57,6 +57,13 @@ SETTINGS: dict[str, Setting] = {
     "PROMOTE_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600),
     "HEARTBEAT_INTERVAL_SECONDS": Setting(5.0, (int, float), 0.1, 3600, env=True),
     "SHUTDOWN_GRACE_SECONDS": Setting(30.0, (int, float), 0, 86_400, env=True),
+    # A job's timeout when neither @job(timeout=...) nor using(timeout=...) gives one; None: none.
+    "DEFAULT_TIMEOUT_SECONDS": Setting(
+        None, (int, float, type(None)), 0.001, 365 * 86_400, env=True
+    ),
+    # How long a job may go on after JobTimeout was raised in it (blocked in C code) before its
+    # worker gives the entry up and exits to be replaced (docs/howto/timeouts.md).
+    "TIMEOUT_GRACE_SECONDS": Setting(30.0, (int, float), 0, 86_400, env=True),
     # None (the default): CPU use never throttles; memory use does (above 90 %, until 80 %).
     "CPU_THROTTLE_PERCENT": Setting(None, (int, float, type(None)), 1, 100, env=True),
     "CPU_RESUME_PERCENT": Setting(85.0, (int, float), 0, 100, env=True),

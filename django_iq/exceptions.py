@@ -97,3 +97,10 @@ class Snooze(JobControl):
 
 class SnoozeLimitReached(IQError):
     """Recorded (never raised) when a job snoozed more often than its ``max_snoozes``."""
+
+
+class JobTimeout(BaseException):
+    """Raised in a job's thread when it runs past its timeout (``@job(timeout=...)``,
+    ``using(timeout=...)``, ``DEFAULT_TIMEOUT_SECONDS``); the attempt fails with it and is
+    retried per the job's policy. A ``BaseException``, like ``asyncio.CancelledError``, so that
+    a job's ``except Exception:`` does not swallow it. See docs/howto/timeouts.md."""

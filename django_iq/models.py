@@ -97,6 +97,8 @@ class Entry(models.Model):
     # Unique jobs: while an entry holds this key, enqueueing another with it returns this one.
     # NULL (no key) repeats freely; the database's unique constraint decides between racers.
     unique_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    # Seconds a run may take before JobTimeout is raised in it; None: DEFAULT_TIMEOUT_SECONDS.
+    timeout_seconds = models.FloatField(null=True, blank=True)
 
     # Set on an entry that ``enqueue()`` returned instead of writing a new one (unique jobs).
     is_duplicate = False

@@ -40,10 +40,19 @@ JOB_OPTIONS = (
     "dont_retry_on",
     "max_snoozes",
     "unique",
+    "timeout",
 )
 # Backoff and the retry policy belong to the job (workers read them from the registry), so
 # using() cannot change them.
-USING_OPTIONS = ("queue", "priority", "max_attempts", "group_key", "run_at", "unique_key")
+USING_OPTIONS = (
+    "queue",
+    "priority",
+    "max_attempts",
+    "group_key",
+    "run_at",
+    "unique_key",
+    "timeout",
+)
 # Unique keys are stored in a 200-character column; a key made by ``unique=True`` takes 66.
 MAX_UNIQUE_KEY_LENGTH = 200
 
@@ -91,6 +100,22 @@ def validate_run_at(run_at: Any) -> datetime | timedelta | None:
     return run_at
 
 
+def validate_timeout(timeout: Any) -> float:
+    """Return ``timeout`` (seconds, or a timedelta) as seconds if it is more than 0 and at most
+    a year; raise ``InvalidJobOptions`` otherwise."""
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 < seconds <= MAX_BACKOFF_SECONDS
+    ):
+        raise InvalidJobOptions(
+            "timeout must be a number of seconds (or a timedelta) more than 0 and at most "
+            f"{MAX_BACKOFF_SECONDS:,.0f} (a year), got {timeout!r:.80}."
+        )
+    return float(seconds)
+
+
 def _exception_classes(name: str, value: Any) -> tuple[type[BaseException], ...]:
     """``value`` as a tuple of exception classes (one class is accepted alone), or raise."""
     classes = value if isinstance(value, (tuple, list)) else (value,)
@@ -127,8 +152,12 @@ class JobOptions:
     # unique=True: a key made from the job's name and arguments; unique_key: one given.
     unique: bool = False
     unique_key: str | None = None
+    # Seconds a run may take before JobTimeout is raised in it (None: DEFAULT_TIMEOUT_SECONDS).
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
+        if self.timeout is not None:
+            object.__setattr__(self, "timeout", validate_timeout(self.timeout))
         if not isinstance(self.unique, bool):
             raise InvalidJobOptions(f"unique must be True or False, got {self.unique!r:.80}.")
         if self.unique_key is not None and (

@@ -29,6 +29,9 @@ EXIT_ABANDONED = 1
 # A worker that ran its --max-jobs-per-child or passed its --max-memory-per-child, finished its
 # jobs and stopped: its supervisor starts a fresh one at once.
 EXIT_RECYCLE = 3
+# A worker that gave up a job stuck past its timeout (TIMEOUT_GRACE_SECONDS after JobTimeout was
+# raised in it) and stopped: its supervisor starts a fresh one at once.
+EXIT_STUCK = 4
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Signals arriving this soon after the first are one stop request, not a second one: the same
 # request reaching a process from its --processes parent and from its process group (or

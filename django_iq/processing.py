@@ -14,13 +14,21 @@ from django.utils import timezone
 
 from django_iq import signals
 from django_iq.acks import Ack, AckWriter, Start
+from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections, with_db_retry
-from django_iq.exceptions import InvalidJobArguments, JobNotRegistered, RetryAfter, Snooze
+from django_iq.exceptions import (
+    InvalidJobArguments,
+    JobNotRegistered,
+    JobTimeout,
+    RetryAfter,
+    Snooze,
+)
 from django_iq.limits import cut_message, format_failure
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock
 from django_iq.options import JobOptions
 from django_iq.registry import Job, catalog, get_job
+from django_iq.timeouts import Watch, Watchdog
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,6 +57,14 @@ class _Snoozed:
 SNOOZED = _Snoozed()
 
 
+class _Abandoned:
+    """The type of ``ABANDONED``: the run went on past its timeout's grace period, and the
+    worker gave its entry (and its claim) up; nothing more is written for them here."""
+
+
+ABANDONED = _Abandoned()
+
+
 @dataclass
 class ClaimResult:
     """What became of a claim's entries."""
@@ -59,6 +75,8 @@ class ClaimResult:
     released: int = 0
     # Seconds and success of each entry run, in order.
     runs: list[tuple[float, bool]] = field(default_factory=list)
+    # The claim was given up while one of its jobs was stuck past its timeout.
+    abandoned: bool = False
     # Whether the claim is settled (its lock gone or released) when ``run_claim`` returns;
     # otherwise the ack writer settles it once it writes the claim's last success.
     settled: bool = True
@@ -72,9 +90,11 @@ class Processor:
     the lock up.
     """
 
-    def __init__(self, worker_name: str, acks: AckWriter) -> None:
+    def __init__(self, worker_name: str, acks: AckWriter, watchdog: Watchdog | None = None) -> None:
         self.worker_name = worker_name
         self.acks = acks
+        # Times runs out; without one (or with no timeout for an entry) runs are not timed.
+        self.watchdog = watchdog
 
     def run_claim(self, claim: Claim, should_stop: Callable[[], bool]) -> ClaimResult:
         """Run the claim's entries in order; the last outcome written also deletes the lock.
@@ -97,6 +117,9 @@ class Processor:
                 with_db_retry(partial(GroupLock.objects.track, claim.lock_id, entry.pk), "track")
             started = time.monotonic()
             ack = self._run_entry(entry, claim, last, written)
+            if isinstance(ack, _Abandoned):
+                result.abandoned = True
+                break
             if isinstance(ack, _Snoozed):
                 result.snoozed += 1
                 continue
@@ -112,9 +135,10 @@ class Processor:
 
     def _run_entry(
         self, entry: Entry, claim: Claim, last: bool, written: list[Ack]
-    ) -> Ack | _Snoozed | None:
+    ) -> Ack | _Snoozed | _Abandoned | None:
         """Run one entry; return its acknowledgement, handed to the writer, ``SNOOZED`` if it
-        snoozed, or None if it failed (the outcome is written)."""
+        snoozed, ``ABANDONED`` if it was given up past its timeout, or None if it failed (the
+        outcome is written)."""
         started = time.monotonic()
         lock_id = claim.lock_id if last else None
         try:
@@ -138,9 +162,27 @@ class Processor:
         def start_behind(result_id: str, at: datetime) -> None:
             starts.append(self.acks.record_start(result_id, at))
 
+        timeout = entry.timeout_seconds
+        if timeout is None:
+            timeout = iq_settings.DEFAULT_TIMEOUT_SECONDS
+        watchdog = self.watchdog if timeout is not None else None
+        watch = None
+        if watchdog is not None and timeout is not None:
+            # A coroutine is cancelled at its deadline by its own event loop (Job.invoke).
+            watch = Watch(entry, timeout, interrupt=not job.is_async, context=(claim, written))
         try:
-            return_value = job.invoke(entry, self.worker_name, start_behind)
+            try:
+                if watchdog is not None and watch is not None:
+                    watchdog.arm(watch)
+                return_value = job.invoke(entry, self.worker_name, start_behind, timeout)
+            finally:
+                # From here no JobTimeout is raised in this thread (see timeouts.py); the one
+                # already raised may still surface here, once, and is handled below.
+                if watchdog is not None and watch is not None:
+                    watchdog.settle(watch)
         except Snooze as snooze:
+            if self._abandoned(watch):
+                return ABANDONED
             self.acks.wait_for(starts)
             self._snoozed(entry, lock_id, written, job, snooze)
             return SNOOZED
@@ -148,9 +190,15 @@ class Processor:
             # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
             # only come from the job itself (signals go to the main thread), so it is the job's
             # failure, and the thread must survive it. A start written behind goes first.
+            if self._abandoned(watch):
+                return ABANDONED
+            if isinstance(exc, JobTimeout) and watch is not None and not exc.args:
+                exc = JobTimeout(watch.message()).with_traceback(exc.__traceback__)
             self.acks.wait_for(starts)
             self._failed(entry, lock_id, written, job, exc)
             return None
+        if self._abandoned(watch):
+            return ABANDONED
         ack = Ack(
             entry,
             lock_id,
@@ -161,6 +209,29 @@ class Processor:
         )
         self.acks.put(ack)
         return ack
+
+    def _abandoned(self, watch: Watch | None) -> bool:
+        """Settle the watch (again: the first time may have been cut short by the timeout);
+        True if the watchdog gave the run up, so that this thread writes nothing for it."""
+        return watch is not None and self.watchdog is not None and self.watchdog.settle(watch)
+
+    def give_up(self, watch: Watch) -> None:
+        """Fail a run stuck past its timeout's grace period as timed out, in place of its
+        thread: the claim's successes go first, then the failure deletes the claim's lock, so
+        the claim's other entries are free for any worker. Called by the watchdog once it has
+        taken the run from its thread."""
+        entry = watch.entry
+        claim, written = watch.context
+        exc = JobTimeout(
+            f"{watch.message()} It had not returned {iq_settings.TIMEOUT_GRACE_SECONDS:g} s "
+            "after JobTimeout was raised in it (blocked outside Python code), so it was given "
+            "up and its worker process replaced."
+        )
+        try:
+            job: Job[Any, Any] | None = get_job(entry.job_name)
+        except JobNotRegistered:
+            job = None
+        self._failed(entry, claim.lock_id, written, job, exc)
 
     def _failed(
         self,

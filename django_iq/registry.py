@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import functools
 import importlib
@@ -17,7 +18,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
-from django_iq.exceptions import InvalidJobOptions, JobNotRegistered
+from django_iq.exceptions import InvalidJobOptions, JobNotRegistered, JobTimeout
 from django_iq.options import (
     JOB_OPTIONS,
     MAX_GROUP_KEY_LENGTH,
@@ -85,15 +86,17 @@ class Job(Generic[P, R]):
         entry: Entry,
         worker_name: str,
         started: Callable[[str, datetime], None] | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Run the job for ``entry`` in a processing thread and return what it returned.
 
-        Coroutine functions run to completion in an event loop of their own. ``started(result
-        id, time)``, when given, records a Django Tasks result's start behind the run (see
-        ``acks.AckWriter.record_start``); plain jobs have no result to start.
+        Coroutine functions run to completion in an event loop of their own, cancelled at
+        ``timeout`` seconds (``JobTimeout``); the worker's watchdog times out the others.
+        ``started(result id, time)``, when given, records a Django Tasks result's start behind
+        the run (see ``acks.AckWriter.record_start``); plain jobs have no result to start.
         """
         if self.is_async:
-            return async_to_sync(cast(Any, self.func))(*entry.args, **entry.kwargs)
+            return run_coroutine(self.func, entry.args, entry.kwargs, timeout)
         return self.func(*entry.args, **entry.kwargs)
 
     def using(self, **overrides: Any) -> BoundJob:
@@ -107,6 +110,29 @@ class Job(Generic[P, R]):
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Entry]:
         """Enqueue one entry per ``(args, kwargs)`` pair in as few round trips as possible."""
         return BoundJob(self, self.options).enqueue_many(calls)
+
+
+def run_coroutine(
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    timeout: float | None,
+) -> Any:
+    """Run the coroutine function to completion in an event loop of its own; at ``timeout``
+    seconds cancel it and raise ``JobTimeout``."""
+
+    async def bounded() -> Any:
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                return await func(*args, **kwargs)
+        except TimeoutError:
+            if deadline.expired():
+                raise JobTimeout(f"The coroutine ran past its timeout of {timeout:g} s.") from None
+            raise
+
+    if timeout is None:
+        return async_to_sync(cast(Any, func))(*args, **kwargs)
+    return async_to_sync(bounded)()
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from django_iq.process import (
     EXIT_ABANDONED,
     EXIT_OK,
     EXIT_RECYCLE,
+    EXIT_STUCK,
     STOP_SIGNALS,
     IQProcess,
     host_name,
@@ -28,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 class Supervisor(IQProcess):
     """Runs ``processes`` worker processes, restarting any that crash, and replacing at once
-    any that exit to be recycled (``--max-jobs-per-child``, ``--max-memory-per-child``).
+    any that exit to be recycled (``--max-jobs-per-child``, ``--max-memory-per-child``) or
+    that gave up a job stuck past its timeout (``EXIT_STUCK``).
 
     Children are forked after database connections are closed. SIGTERM/SIGINT are passed on to
     the children; a second signal is passed on too, which stops them at once. The supervisor
@@ -87,6 +89,15 @@ class Supervisor(IQProcess):
                 if child.exitcode == EXIT_RECYCLE and not self.stopping.is_set():
                     # It finished its jobs and marked itself stopped: a fresh one, at once.
                     logger.info("worker process recycled index=%s pid=%s", index, child.pid)
+                    self._start(index)
+                    continue
+                if child.exitcode == EXIT_STUCK and not self.stopping.is_set():
+                    # It gave up a job stuck past its timeout and marked itself stopped.
+                    logger.warning(
+                        "worker process replaced index=%s pid=%s: a job was stuck past its timeout",
+                        index,
+                        child.pid,
+                    )
                     self._start(index)
                     continue
                 if self.stopping.is_set() or (

@@ -20,10 +20,18 @@ from django_iq.governor import ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
 from django_iq.models import GroupLock, Worker
-from django_iq.process import EXIT_ABANDONED, EXIT_OK, EXIT_RECYCLE, IQProcess, host_name
+from django_iq.process import (
+    EXIT_ABANDONED,
+    EXIT_OK,
+    EXIT_RECYCLE,
+    EXIT_STUCK,
+    IQProcess,
+    host_name,
+)
 from django_iq.processing import Processor
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
+from django_iq.timeouts import Watch, Watchdog
 from django_iq.wakeup import Listener, Wakeups, listening_supported
 
 logger = logging.getLogger(__name__)
@@ -102,6 +110,9 @@ class WorkerProcess(IQProcess):
         self._over_memory = False
         self._memory_read_at = 0.0
         self.recycling = False
+        # Times jobs out; a job stuck past its timeout's grace period stops this process.
+        self.watchdog = Watchdog(iq_settings.TIMEOUT_GRACE_SECONDS, self._on_stuck)
+        self.stuck = False
 
     # -- counters ---------------------------------------------------------------------------
 
@@ -193,6 +204,7 @@ class WorkerProcess(IQProcess):
             self.burst,
         )
         self.acks.start()
+        self.watchdog.start()
         for index in range(self.processing_threads):
             self._start(self._processing_loop, f"iq-processing-{index}")
         for index in range(self.scheduling_threads):
@@ -293,6 +305,9 @@ class WorkerProcess(IQProcess):
             released,
             abandoned,
         )
+        self.watchdog.stop()
+        if self.stuck:
+            return EXIT_STUCK
         if abandoned:
             return EXIT_ABANDONED
         return EXIT_RECYCLE if self.recycling else EXIT_OK
@@ -398,7 +413,7 @@ class WorkerProcess(IQProcess):
             return not self._held
 
     def _processing_loop(self) -> None:
-        processor = Processor(self.name, self.acks)
+        processor = Processor(self.name, self.acks, self.watchdog)
         try:
             while True:
                 claim = self.handover.get()
@@ -408,6 +423,8 @@ class WorkerProcess(IQProcess):
                     self._busy += 1
                 try:
                     result = processor.run_claim(claim, self.stopping.is_set)
+                    if result.abandoned:
+                        continue  # given up by _on_stuck, which settled the claim
                     self.record_runs(claim.queue, result.runs)
                     with self._busy_lock:
                         self.processed += result.done
@@ -425,6 +442,33 @@ class WorkerProcess(IQProcess):
                     self.wakeups.wake_all()
         finally:
             connections.close_all()
+
+    def _on_stuck(self, watch: Watch) -> None:
+        """A job went on ``TIMEOUT_GRACE_SECONDS`` past its timeout (blocked in C code, where
+        ``JobTimeout`` cannot reach it): fail its entry as timed out, free its claim, stop
+        claiming, and exit (``EXIT_STUCK``) once the other jobs finish, within the grace period,
+        so that the supervisor starts a fresh process. Runs in the watchdog thread."""
+        claim = watch.context[0]
+        logger.error(
+            "job stuck past its timeout entry=%s job=%s timeout=%ss grace=%ss: giving it up; "
+            "stopping name=%s to be replaced (exit status %s)",
+            watch.entry.pk,
+            watch.entry.job_name,
+            watch.seconds,
+            iq_settings.TIMEOUT_GRACE_SECONDS,
+            self.name,
+            EXIT_STUCK,
+        )
+        self.stuck = True
+        self.grace_seconds = min(self.grace_seconds, float(iq_settings.TIMEOUT_GRACE_SECONDS))
+        self.stop()
+        try:
+            Processor(self.name, self.acks).give_up(watch)
+        finally:
+            connections.close_all()
+            self._released(claim)
+            with self._busy_lock:
+                self.failed += 1
 
     def _heartbeat_loop(self) -> None:
         if self.worker is None:

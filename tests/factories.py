@@ -145,3 +145,13 @@ class LeaderLeaseFactory(factory.django.DjangoModelFactory):
     holder = "host:1"
     epoch = 1
     expires_at = factory.LazyFunction(lambda: timezone.now() + timedelta(seconds=15))
+
+
+def attempt_errors(**filters: object) -> list[tuple[int, str, bool]]:
+    """``(attempt, exception class, is final)`` of the error records matching ``filters``, in
+    attempt order: what the worker recorded of each failed attempt."""
+    return list(
+        EntryError.objects.filter(**filters)
+        .order_by("attempt")
+        .values_list("attempt", "exception_class", "is_final")
+    )

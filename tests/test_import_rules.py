@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "processing",
             "scheduling",
             "supervisor",
+            "timeouts",
             "wakeup",
             "worker",
         ),

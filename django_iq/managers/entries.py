@@ -146,6 +146,7 @@ class EntryManager(EntryOutcomeManager):
             "max_attempts": options.effective_max_attempts,
             "enqueued_at": now,
             "unique_key": options.unique_key_for(job_name, args, kwargs),
+            "timeout_seconds": options.timeout,
         }
         # Positional, in field order: Django's fast path (no keyword matching per field).
         model: Callable[..., Entry] = self.model

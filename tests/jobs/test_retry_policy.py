@@ -10,6 +10,7 @@ from django_iq import Fail, RetryAfter, Snooze, job
 from django_iq.exceptions import InvalidJobOptions
 from django_iq.models import Entry, EntryError
 from django_iq.worker import WorkerProcess
+from tests.factories import attempt_errors
 from tests.testapp.jobs import (
     comes_back,
     gives_up,
@@ -31,11 +32,7 @@ def runs(token: str) -> int:
 
 
 def errors(token: str) -> list[tuple[int, str, bool]]:
-    return list(
-        EntryError.objects.filter(message__contains=token)
-        .order_by("attempt")
-        .values_list("attempt", "exception_class", "is_final")
-    )
+    return attempt_errors(message__contains=token)
 
 
 def test_fail_ends_the_entry_at_once_with_a_final_error_record() -> None:

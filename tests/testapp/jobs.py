@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -141,3 +142,44 @@ def never_retries_values(token: str, error: str) -> None:
 def refresh_account(account_id: int, full: bool = False) -> None:
     """At most one waiting or running entry per set of arguments."""
     JobRun.objects.create(token=f"refresh:{account_id}:{full}:{time.time()}")
+
+
+@job(timeout=0.3, max_attempts=2, backoff_base_seconds=0)
+def overruns(token: str, seconds: float) -> str:
+    """Works in Python (short sleeps) for ``seconds``, past its timeout: ``JobTimeout`` reaches
+    it at the deadline. Each run records its start, and its end only if it returns."""
+    run = RecordedRun.objects.create(token=token, pid=os.getpid(), started_at=time.time())
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)  # the job's own work, in small steps: Python code runs between them
+    RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
+    return token
+
+
+@job(timeout=0.3, max_attempts=2, backoff_base_seconds=0)
+def blocks_in_c(token: str, seconds: float) -> str:
+    """Blocks in one C call (``time.sleep``) past its timeout and its grace period: the raised
+    ``JobTimeout`` cannot reach it until the call returns."""
+    run = RecordedRun.objects.create(token=token, pid=os.getpid(), started_at=time.time())
+    time.sleep(seconds)  # one call into C: a blocked socket read would behave the same
+    RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
+    return token
+
+
+@job(timeout=0.3, max_attempts=1)
+def catches_exceptions(seconds: float) -> str:
+    """Guards its work with ``except Exception``, which a timeout goes through."""
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    except Exception:
+        return "swallowed"
+    return "finished"
+
+
+@job(timeout=0.3, max_attempts=1)
+async def overruns_async(token: str, seconds: float) -> str:
+    """A coroutine awaiting past its timeout: its event loop cancels it."""
+    await asyncio.sleep(seconds)
+    return token

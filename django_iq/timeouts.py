@@ -1,0 +1,160 @@
+"""Job timeouts: a watchdog thread raises ``JobTimeout`` in a job's thread at its deadline, and
+reports the job as stuck when it has not returned ``TIMEOUT_GRACE_SECONDS`` later.
+
+An exception raised into another thread (``PyThreadState_SetAsyncExc``) arrives when that
+thread next runs Python code, so a job blocked in a C call (a long ``time.sleep``, a socket
+read without a timeout) only sees it once the call returns. Such a job is what the grace period
+is for: the worker gives the entry up as timed out and exits to be replaced.
+
+Who ends a watched run is decided by one atomic step, a ``dict.pop`` of the run's key: the
+processing thread pops it when the job returns or raises (``settle``), the watchdog when it
+gives a stuck run up (``_abandon``). The exception itself is only ever pending while the job
+runs or while its thread settles; ``settle`` waits for a raise in flight and clears one not yet
+delivered, so no ``JobTimeout`` can reach the worker's own code after it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_iq.exceptions import JobTimeout
+
+logger = logging.getLogger(__name__)
+
+# No argtypes: a None argument then passes NULL, which clears the pending exception.
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+
+
+def _raise_in(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    """Make ``exc_type`` pending in the thread (None: clear what is pending there)."""
+    _set_async_exc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None)
+
+
+@dataclass(eq=False)
+class Watch:
+    """One run under a deadline. ``interrupt`` False: the job enforces its own deadline (a
+    coroutine under ``asyncio.timeout``); the watchdog only looks for it being stuck."""
+
+    entry: Any
+    seconds: float
+    interrupt: bool = True
+    context: Any = None  # what the worker needs to give the entry up (its claim)
+    thread_id: int = 0
+    deadline: float = 0.0
+    key: int = 0
+    # Set by the watchdog, read by the processing thread once it has popped the key.
+    firing: bool = False
+    fired: bool = False
+    abandoning: bool = False
+    abandoned: bool = False
+    timed_out: bool = field(default=False)
+
+    def message(self) -> str:
+        return (
+            f"Entry {self.entry.pk} ({self.entry.job_name}) ran past its timeout of "
+            f"{self.seconds:g} s."
+        )
+
+
+class Watchdog:
+    """Raises ``JobTimeout`` in runs past their deadline and hands stuck ones to ``on_stuck``.
+
+    ``on_stuck(watch)`` runs in the watchdog thread once the run is abandoned: the processing
+    thread will write nothing for it, whatever it does when (if) its job returns.
+    """
+
+    def __init__(self, grace_seconds: float, on_stuck: Callable[[Watch], None]) -> None:
+        self.grace_seconds = grace_seconds
+        self.on_stuck = on_stuck
+        self._running: dict[int, Watch] = {}
+        self._keys = itertools.count(1)
+        # (due time, sequence, what to do, watch): "fire" at the deadline, "stuck" after grace.
+        self._due: list[tuple[float, int, str, Watch]] = []
+        self._changed = threading.Condition()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="iq-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+
+    def arm(self, watch: Watch) -> None:
+        """Start watching ``watch`` in the calling (processing) thread, from now."""
+        watch.thread_id = threading.get_ident()
+        watch.deadline = time.monotonic() + watch.seconds
+        watch.key = next(self._keys)
+        self._running[watch.key] = watch
+        with self._changed:
+            heapq.heappush(self._due, (watch.deadline, watch.key, "fire", watch))
+            self._changed.notify()
+
+    def settle(self, watch: Watch) -> bool:
+        """End the watch in its processing thread; return True if the watchdog abandoned the
+        run (the caller then writes nothing for it). Called when the job returned or raised,
+        and again before writing: the ``JobTimeout`` may interrupt the first call, at most once.
+        """
+        self._running.pop(watch.key, None)
+        while watch.firing or watch.abandoning:
+            time.sleep(0.0005)
+        if watch.fired:
+            _raise_in(watch.thread_id, None)  # not delivered yet: it never will be
+        return watch.abandoned
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                while not self._stopped and (not self._due or self._due[0][0] > time.monotonic()):
+                    timeout = self._due[0][0] - time.monotonic() if self._due else None
+                    self._changed.wait(timeout)
+                if self._stopped:
+                    return
+                _, _, action, watch = heapq.heappop(self._due)
+            if watch.key not in self._running:
+                continue  # it ended in time
+            try:
+                if action == "fire":
+                    self._fire(watch)
+                elif self._abandon(watch):
+                    self.on_stuck(watch)
+            except Exception:  # the watchdog must outlive one run it could not handle
+                logger.exception("timeout handling failed entry=%s", watch.entry.pk)
+
+    def _fire(self, watch: Watch) -> None:
+        watch.timed_out = True
+        if watch.interrupt:
+            watch.firing = True
+            if watch.key in self._running:
+                _raise_in(watch.thread_id, JobTimeout)
+                watch.fired = True
+            watch.firing = False
+            logger.warning(
+                "job timed out entry=%s job=%s timeout=%ss: JobTimeout raised in its thread",
+                watch.entry.pk,
+                watch.entry.job_name,
+                watch.seconds,
+            )
+        with self._changed:
+            due = time.monotonic() + self.grace_seconds
+            heapq.heappush(self._due, (due, watch.key, "stuck", watch))
+
+    def _abandon(self, watch: Watch) -> bool:
+        """Take the run from its thread if it has not returned yet; True if taken."""
+        watch.abandoning = True
+        if watch.fired:
+            _raise_in(watch.thread_id, None)  # arriving now would be in the worker's own code
+        watch.abandoned = self._running.pop(watch.key, None) is not None
+        watch.abandoning = False
+        return watch.abandoned

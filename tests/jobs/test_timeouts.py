@@ -1,0 +1,148 @@
+"""Job timeouts, run by a real worker on the test database: ``JobTimeout`` raised at the
+deadline, retried per policy; a job blocked in C given up after the grace period, its worker
+exiting with ``EXIT_STUCK`` and nothing left locked (docs/howto/timeouts.md)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.test import override_settings
+
+from django_iq import job
+from django_iq.exceptions import InvalidJobOptions, JobTimeout
+from django_iq.models import Entry, EntryError, GroupLock
+from django_iq.process import EXIT_OK, EXIT_STUCK
+from django_iq.worker import WorkerProcess
+from tests.factories import attempt_errors
+from tests.testapp.jobs import (
+    blocks_in_c,
+    catches_exceptions,
+    overruns,
+    overruns_async,
+    record,
+)
+from tests.testapp.models import JobRun, RecordedRun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUT = "django_iq.exceptions.JobTimeout"
+
+
+def errors(job_name: str) -> list[tuple[int, str, bool]]:
+    return attempt_errors(job_name=job_name)
+
+
+def test_a_job_past_its_timeout_fails_with_job_timeout_and_is_retried_while_others_flow() -> None:
+    overruns.enqueue("slow", 30)
+    tokens = [f"quick-{n}" for n in range(20)]
+    for token in tokens:
+        record.enqueue(token)
+    started = time.monotonic()
+
+    assert WorkerProcess(burst=True, processing_threads=2).run(install_signal_handlers=False) == 0
+
+    assert time.monotonic() - started < 10, "a 30 s job was cut at 0.3 s, twice"
+    assert errors(overruns.name) == [(1, TIMEOUT, False), (2, TIMEOUT, True)]
+    runs = list(RecordedRun.objects.filter(token="slow").values_list("started_at", "finished_at"))
+    assert len(runs) == 2 and all(finished is None for _, finished in runs), "cut, not finished"
+    message = EntryError.objects.filter(job_name=overruns.name).first().message  # type: ignore[union-attr]
+    assert "ran past its timeout of 0.3 s" in message
+    assert set(JobRun.objects.values_list("token", flat=True)) == set(tokens)
+    assert not Entry.objects.exists() and not GroupLock.objects.exists()
+
+
+def test_using_timeout_overrides_the_jobs_and_is_stored_with_the_entry() -> None:
+    entry = overruns.using(timeout=60).enqueue("patient", 0.6)
+    assert entry.timeout_seconds == 60.0
+    assert overruns.enqueue("x", 0).timeout_seconds == 0.3
+    assert record.enqueue("y").timeout_seconds is None
+
+    Entry.objects.exclude(pk=entry.pk).delete()
+    assert WorkerProcess(burst=True, processing_threads=1).run(install_signal_handlers=False) == 0
+
+    assert not EntryError.objects.exists(), "0.6 s is within the 60 s given with using()"
+    assert RecordedRun.objects.get(token="patient").finished_at is not None
+
+
+@override_settings(DJANGO_IQ={"DEFAULT_TIMEOUT_SECONDS": 0.3})
+def test_default_timeout_seconds_applies_to_jobs_without_one() -> None:
+    record.enqueue("default-timeout", seconds=0)
+    entry = record.enqueue("too-slow", seconds=0)
+    Entry.objects.filter(pk=entry.pk).update(kwargs={"seconds": 5})
+
+    assert WorkerProcess(burst=True, processing_threads=1).run(install_signal_handlers=False) == 0
+
+    assert [row[1] for row in errors(record.name)] == [TIMEOUT, TIMEOUT, TIMEOUT]
+    assert JobRun.objects.filter(token="default-timeout").exists()
+
+
+def test_a_coroutine_past_its_timeout_is_cancelled_with_job_timeout() -> None:
+    overruns_async.enqueue("async", 30)
+    started = time.monotonic()
+
+    assert WorkerProcess(burst=True, processing_threads=1).run(install_signal_handlers=False) == 0
+
+    assert time.monotonic() - started < 10
+    assert errors(overruns_async.name) == [(1, TIMEOUT, True)]
+
+
+@override_settings(DJANGO_IQ={"TIMEOUT_GRACE_SECONDS": 0.5})
+def test_a_job_blocked_in_c_is_given_up_after_the_grace_period_and_its_worker_exits() -> None:
+    entry = blocks_in_c.using(max_attempts=1).enqueue("blocked", 4)
+    record.enqueue("bystander")
+    worker = WorkerProcess(processing_threads=2, shutdown_grace_seconds=30)
+    outcome: list[int] = []
+    thread = threading.Thread(target=lambda: outcome.append(worker.run(False)))
+    started = time.monotonic()
+    thread.start()
+    thread.join(15)
+
+    assert outcome == [EXIT_STUCK], "the worker exits to be replaced"
+    assert time.monotonic() - started < 3.5, "0.3 s timeout + 0.5 s grace, not the 4 s sleep"
+    error = EntryError.objects.get(entry_id=entry.pk)
+    assert (error.exception_class, error.is_final) == (TIMEOUT, True)
+    assert "given up" in error.message
+    assert not GroupLock.objects.exists(), "nothing is left locked"
+    assert not Entry.objects.exists()
+    assert JobRun.objects.filter(token="bystander").exists()
+    # The blocked thread wakes later: it writes nothing more for the entry it was given up on.
+    time.sleep(4)
+    assert EntryError.objects.count() == 1
+    assert RecordedRun.objects.get(token="blocked").finished_at is not None
+
+
+def test_a_stuck_claims_other_entries_go_back_for_another_worker() -> None:
+    with override_settings(DJANGO_IQ={"TIMEOUT_GRACE_SECONDS": 0.3}):
+        stuck = blocks_in_c.using(group_key="g", max_attempts=1).enqueue("first", 2)
+        after = record.using(group_key="g").enqueue("second")
+        assert WorkerProcess(processing_threads=1).run(install_signal_handlers=False) == EXIT_STUCK
+        assert not Entry.objects.filter(pk=stuck.pk).exists()
+        assert Entry.objects.get(pk=after.pk).state == "pending"
+        assert not GroupLock.objects.exists()
+        time.sleep(2)  # the blocked thread wakes: it must not run the claim's next entry
+        assert not JobRun.objects.exists()
+
+    assert WorkerProcess(burst=True, processing_threads=1).run(install_signal_handlers=False) == (
+        EXIT_OK
+    )
+    assert JobRun.objects.filter(token="second").exists()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "30", float("nan"), float("inf"), 400 * 86_400])
+def test_bad_timeouts_are_refused_at_the_boundary_and_write_nothing(bad: object) -> None:
+    with pytest.raises(InvalidJobOptions, match="timeout"):
+        record.using(timeout=bad).enqueue("never")
+    with pytest.raises(InvalidJobOptions, match="timeout"):
+        job(timeout=bad)
+    assert not Entry.objects.exists()
+
+
+def test_job_timeout_goes_through_a_jobs_except_exception() -> None:
+    catches_exceptions.enqueue(30)
+
+    assert WorkerProcess(burst=True, processing_threads=1).run(install_signal_handlers=False) == 0
+
+    assert errors(catches_exceptions.name) == [(1, TIMEOUT, True)]
+    assert not issubclass(JobTimeout, Exception)
