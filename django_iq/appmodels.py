@@ -28,6 +28,8 @@ class AppModels:
         CronJob: type[models.CronJob]
         LeaderLease: type[models.LeaderLease]
         DisabledJob: type[models.DisabledJob]
+        JobLimit: type[models.JobLimit]
+        JobStart: type[models.JobStart]
         Result: type[models.Result]
         QueueMinute: type[models.QueueMinute]
         QueueTotal: type[models.QueueTotal]

@@ -3,7 +3,7 @@ fixed number of queries and rendered as an admin page with server-side SVG chart
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +17,12 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_safe
 
 from django_iq import charts
+from django_iq.managers.limits import JobUsage
 from django_iq.managers.metrics import minute_of
-from django_iq.models import QueueMinute
+from django_iq.models import JobLimit, QueueMinute
 from django_iq.snapshot import QueueView, Snapshot, WorkerView, read_snapshot
 from django_iq.states import COUNTED_STATES, STATE_LABELS
+from django_iq.wording import rate_use, used_of
 
 if TYPE_CHECKING:
     from django.contrib.admin import AdminSite
@@ -109,6 +111,7 @@ class DashboardData:
     snapshot: Snapshot
     done_per_minute: list[charts.Point]
     failed_per_minute: list[charts.Point]
+    job_limits: list[JobUsage] = field(default_factory=list)
 
     @property
     def now(self) -> datetime:
@@ -164,6 +167,24 @@ class DashboardData:
         ]
 
     @property
+    def limited_jobs(self) -> list[tuple[str, str, str, str]]:
+        """``(job, running / cap, busiest node / per-node cap, starts / rate limit)`` of each
+        job with a cap or a rate limit ("-" where it has none)."""
+        return [
+            (
+                usage.job_name,
+                used_of(usage.running, usage.limits.max_concurrency),
+                used_of(usage.running_on_busiest_node, usage.limits.max_concurrency_per_node),
+                rate_use(
+                    usage.recent_starts,
+                    usage.limits.rate_count,
+                    usage.limits.rate_period_seconds,
+                ),
+            )
+            for usage in self.job_limits
+        ]
+
+    @property
     def throttled_workers(self) -> int:
         return sum(1 for row in self.live_workers if row.view.is_throttled)
 
@@ -186,7 +207,7 @@ class DashboardData:
 def dashboard_data(now: datetime) -> DashboardData:
     """Read the dashboard's numbers at ``now`` in a fixed number of queries, whatever the
     number of queues, entries or finished jobs: the operator snapshot's ten (jobs no live worker
-    serves included) and one for the per-minute counts."""
+    serves included), one for the per-minute counts, and one to four for the jobs' limits."""
     snapshot = read_snapshot(now, worker_limit=WORKER_LIMIT, unserved_jobs=True)
     start = minute_of(now) - timedelta(minutes=CHART_MINUTES - 1)
     counts = QueueMinute.objects.per_minute(start)
@@ -194,7 +215,12 @@ def dashboard_data(now: datetime) -> DashboardData:
     empty = {"done": 0, "failed": 0}
     done: list[charts.Point] = [(m, counts.get(m, empty)["done"]) for m in minutes]
     failed: list[charts.Point] = [(m, counts.get(m, empty)["failed"]) for m in minutes]
-    return DashboardData(snapshot=snapshot, done_per_minute=done, failed_per_minute=failed)
+    return DashboardData(
+        snapshot=snapshot,
+        done_per_minute=done,
+        failed_per_minute=failed,
+        job_limits=JobLimit.objects.usage(),
+    )
 
 
 def _admin_context(request: HttpRequest, admin_site: AdminSite | None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from django_iq.managers import (
     EntryErrorManager,
     EntryManager,
     GroupLockManager,
+    JobLimitManager,
     LeaderLeaseManager,
     OperatorActionManager,
     QueueManager,
@@ -145,8 +146,12 @@ class Entry(models.Model):
             ),
             # "Is this entry's group locked?" and the group's siblings.
             models.Index(fields=["lock_key"], name="iq_entry_lock_idx"),
-            # disable(job) / enable(job) and per-job counts.
-            models.Index(fields=["job_name", "state"], name="iq_entry_job_idx"),
+            # disable(job) / enable(job), per-job counts, and the claim of a job with a cap or
+            # a rate limit: its ready entries of one queue in claim order.
+            models.Index(
+                fields=["job_name", "state", "queue", "-priority", "id"],
+                name="iq_entry_job_state_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -161,6 +166,40 @@ class DisabledJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} (disabled)"
+
+
+class JobLimit(models.Model):
+    """A job's caps and rate limit, as the workers that run it declare them (``@job``): claims of
+    the job lock this row, so that they count running entries and recent starts one at a time."""
+
+    job_name = models.CharField(max_length=200, unique=True)
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    max_concurrency_per_node = models.PositiveIntegerField(null=True, blank=True)
+    rate_count = models.PositiveIntegerField(null=True, blank=True)
+    rate_period_seconds = models.FloatField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = JobLimitManager()
+
+    class Meta:
+        ordering = ("job_name",)
+
+    def __str__(self) -> str:
+        return f"limits of {self.job_name}"
+
+
+class JobStart(models.Model):
+    """An entry of a rate-limited job claimed at ``started_at`` (the database's clock): the
+    claim counts these over the last period."""
+
+    job_name = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["job_name", "started_at"], name="iq_jobstart_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} at {self.started_at.isoformat()}"
 
 
 class Worker(models.Model):
@@ -215,6 +254,8 @@ class GroupLock(models.Model):
     locked_at = models.DateTimeField(default=timezone.now)
     # The first entry of the claim: the one recovery counts an attempt on if the worker dies.
     entry_id = models.BigIntegerField(null=True, blank=True)
+    # The job of a claim under a cap (its entries are of that job alone); NULL otherwise.
+    job_name = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
 
     objects = GroupLockManager()
 

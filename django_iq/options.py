@@ -8,6 +8,7 @@ import difflib
 import hashlib
 import json
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -41,9 +42,12 @@ JOB_OPTIONS = (
     "max_snoozes",
     "unique",
     "timeout",
+    "max_concurrency",
+    "max_concurrency_per_node",
+    "rate_limit",
 )
-# Backoff and the retry policy belong to the job (workers read them from the registry), so
-# using() cannot change them.
+# Backoff, the retry policy and the limits belong to the job (workers read them from the
+# registry), so using() cannot change them.
 USING_OPTIONS = (
     "queue",
     "priority",
@@ -53,6 +57,13 @@ USING_OPTIONS = (
     "unique_key",
     "timeout",
 )
+# Caps on running entries, and the most starts a rate limit allows per period.
+MAX_LIMIT = 100_000
+# Rate limit periods: "100/m", "5/10s", "1000/h", "10000/d"; at most a day.
+RATE_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
+RATE_UNITS["d"] = RATE_UNITS["day"] = 86_400.0
+RATE_LIMIT_PATTERN = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$")
+MAX_RATE_PERIOD_SECONDS = 86_400.0
 # Unique keys are stored in a 200-character column; a key made by ``unique=True`` takes 66.
 MAX_UNIQUE_KEY_LENGTH = 200
 
@@ -116,6 +127,27 @@ def validate_timeout(timeout: Any) -> float:
     return float(seconds)
 
 
+def parse_rate_limit(rate_limit: Any) -> tuple[int, float]:
+    """``"100/m"`` as ``(100, 60.0)``: starts allowed, and the period in seconds. Units: s, m,
+    h, d (or sec, min, hour, day), optionally after a number ("5/10s"). Raise
+    ``InvalidJobOptions`` for anything else."""
+    match = RATE_LIMIT_PATTERN.match(rate_limit) if isinstance(rate_limit, str) else None
+    unit = RATE_UNITS.get(match.group(3).rstrip("s") or "s") if match else None
+    if match is None or unit is None:
+        raise InvalidJobOptions(
+            'rate_limit must look like "100/m" (starts per s, m, h or d; or "5/10s"), '
+            f"got {rate_limit!r:.80}."
+        )
+    count = int(match.group(1))
+    period = float(match.group(2) or 1) * unit
+    if not 1 <= count <= MAX_LIMIT or not 0 < period <= MAX_RATE_PERIOD_SECONDS:
+        raise InvalidJobOptions(
+            f"rate_limit allows 1 to {MAX_LIMIT:,} starts per period of at most a day, "
+            f"got {rate_limit!r:.80}."
+        )
+    return count, period
+
+
 def _exception_classes(name: str, value: Any) -> tuple[type[BaseException], ...]:
     """``value`` as a tuple of exception classes (one class is accepted alone), or raise."""
     classes = value if isinstance(value, (tuple, list)) else (value,)
@@ -154,8 +186,23 @@ class JobOptions:
     unique_key: str | None = None
     # Seconds a run may take before JobTimeout is raised in it (None: DEFAULT_TIMEOUT_SECONDS).
     timeout: float | None = None
+    # At most this many entries of the job run at once in the cluster / on one node (host).
+    max_concurrency: int | None = None
+    max_concurrency_per_node: int | None = None
+    # "N/period": at most N entries of the job start in any window of the period, cluster-wide.
+    rate_limit: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("max_concurrency", "max_concurrency_per_node"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT
+            ):
+                raise InvalidJobOptions(
+                    f"{name} must be an integer from 1 to {MAX_LIMIT:,}, got {value!r:.80}."
+                )
+        if self.rate_limit is not None:
+            parse_rate_limit(self.rate_limit)
         if self.timeout is not None:
             object.__setattr__(self, "timeout", validate_timeout(self.timeout))
         if not isinstance(self.unique, bool):
@@ -239,6 +286,16 @@ class JobOptions:
         return replace(self, **overrides)
 
     @property
+    def is_limited(self) -> bool:
+        """Whether the job has a cap or a rate limit: its entries are claimed under them."""
+        return bool(self.max_concurrency or self.max_concurrency_per_node or self.rate_limit)
+
+    def limits(self) -> JobLimits:
+        """The job's caps and rate limit, as workers publish them."""
+        count, period = parse_rate_limit(self.rate_limit) if self.rate_limit else (None, None)
+        return JobLimits(self.max_concurrency, self.max_concurrency_per_node, count, period)
+
+    @property
     def queue_name(self) -> str:
         return self.queue or iq_settings.DEFAULT_QUEUE
 
@@ -295,6 +352,16 @@ class JobOptions:
         jitter = iq_settings.BACKOFF_JITTER
         factor = (rng or random).uniform(1 - jitter, 1 + jitter)
         return max(0.0, self.backoff_seconds(attempt) * factor)
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """A job's caps and rate limit (None: none)."""
+
+    max_concurrency: int | None = None
+    max_concurrency_per_node: int | None = None
+    rate_count: int | None = None
+    rate_period_seconds: float | None = None
 
 
 class JobCatalog(Protocol):

@@ -40,7 +40,9 @@ SAME_STOP_REQUEST_SECONDS = 1.0
 
 
 def host_name() -> str:
-    return socket.gethostname()
+    """The node this process runs on, as workers report it and per-node caps count it: the
+    ``DJANGO_IQ_HOST_NAME`` environment variable, else the machine's host name."""
+    return os.environ.get("DJANGO_IQ_HOST_NAME") or socket.gethostname()
 
 
 class IQProcess:

@@ -24,12 +24,13 @@ def db_now_plus(seconds: float) -> Any:
 # Insert group locks, skipping keys another claimer holds, and return the keys actually taken.
 # PostgreSQL and SQLite (>= 3.35) both speak ON CONFLICT ... RETURNING.
 INSERT_LOCKS_ON_CONFLICT = (
-    "INSERT INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}) VALUES {values} "
+    "INSERT INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}, {job}) VALUES {values} "
     "ON CONFLICT ({key}) DO NOTHING RETURNING {id}, {key}"
 )
 # MariaDB (>= 10.5): INSERT IGNORE skips duplicate keys and RETURNING lists only inserted rows.
 INSERT_LOCKS_IGNORE = (
-    "INSERT IGNORE INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}) VALUES {values} "
+    "INSERT IGNORE INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}, {job}) "
+    "VALUES {values} "
     "RETURNING {id}, {key}"
 )
 
@@ -67,11 +68,16 @@ _DB_CLOCK_BY_VENDOR = {
 
 
 def insert_group_locks(
-    using: str, keys: Mapping[str, int], queue: str, worker_id: int | None
+    using: str,
+    keys: Mapping[str, int],
+    queue: str,
+    worker_id: int | None,
+    job_name: str | None = None,
 ) -> dict[str, int]:
     """Insert a lock for each key not already locked; return ``{key: lock id}`` for those taken.
 
-    ``keys`` maps each lock key to the first entry claimed under it. ``locked_at`` is the
+    ``keys`` maps each lock key to the first entry claimed under it; ``job_name`` is the job of
+    a claim under a cap (counted against it while the lock lives). ``locked_at`` is the
     database's clock at the insert, not the claimer's clock before it waited for row locks.
 
     Keys are inserted in sorted order so two claimers waiting on each other's uncommitted
@@ -91,15 +97,16 @@ def insert_group_locks(
         worker=column["worker"],
         locked_at=column["locked_at"],
         entry=column["entry_id"],
+        job=column["job_name"],
         id=column["id"],
         values=", ".join(
-            [f"(%s, %s, %s, {_template(_DB_CLOCK_BY_VENDOR, connection.vendor, 'claim')}, %s)"]
+            [f"(%s, %s, %s, {_template(_DB_CLOCK_BY_VENDOR, connection.vendor, 'claim')}, %s, %s)"]
             * len(ordered)
         ),
     )
     params: list[Any] = []
     for key in ordered:
-        params.extend((key, queue, worker_id, keys[key]))
+        params.extend((key, queue, worker_id, keys[key], job_name))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {key: lock_id for lock_id, key in cursor.fetchall()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,6 +19,7 @@ from django_iq.dbconn import refresh_connections
 from django_iq.governor import ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.models import DisabledJob, Entry, Queue, Worker
+from django_iq.options import JobLimits
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +28,9 @@ USAGE_HALF_LIFE_SECONDS = 30.0
 QUEUE_LIST_TTL_SECONDS = 1.0
 # A burst worker waits for retries of entries it failed if they are due within this time.
 BURST_RETRY_HORIZON_SECONDS = 60.0
+# A job found at its cap or rate limit is asked again after this long (or once it has room
+# by this worker's count sooner: a claim of it finished here).
+LIMITED_RETRY_SECONDS = 0.1
 
 
 @dataclass
@@ -95,12 +99,28 @@ class Scheduler:
         batch_size: int | None = None,
         detect_idle: bool = True,
         job_names: Sequence[str] | None = None,
+        limited_jobs: Mapping[str, JobLimits] | None = None,
+        free_threads: Callable[[], int] | None = None,
     ) -> None:
         """``detect_idle``: after a pass that claimed nothing, look whether anything claimable
         is left (``PassResult.is_idle``, what ``--burst`` stops on); a worker that runs until
-        stopped asks nothing. ``job_names``: claim entries of these jobs only (None: any)."""
+        stopped asks nothing. ``job_names``: claim entries of these jobs only (None: any).
+
+        ``limited_jobs`` (among ``job_names``) have caps or rate limits: they are claimed one
+        job at a time under them, first in each queue, and only for a processing thread free
+        now (``free_threads``), never to wait in the prefetch: a claim counts as a start."""
         self.worker = worker
         self.job_names = list(job_names) if job_names is not None else None
+        self.limited_jobs = dict(limited_jobs or {})
+        if self.limited_jobs and self.job_names is None:
+            raise ValueError("limited_jobs need job_names: other claims must leave them out")
+        self.general_job_names = (
+            [name for name in self.job_names if name not in self.limited_jobs]
+            if self.job_names is not None
+            else None
+        )
+        self.free_threads = free_threads or idle_threads
+        self._limited_retry_at: dict[str, float] = {}
         self.detect_idle = detect_idle
         self.queues = list(queues) if queues else None
         self.governor = governor
@@ -150,13 +170,15 @@ class Scheduler:
         for queue in self.picker.order(weights):
             if claimed >= slots:
                 break
-            claims = Entry.objects.claim(
-                self.worker,
-                slots - claimed,
-                queue,
-                is_capped=queue in self._capped,
-                job_names=self.job_names,
-            )
+            claims = self._claim_limited(queue, slots - claimed)
+            if claimed + len(claims) < slots:
+                claims += Entry.objects.claim(
+                    self.worker,
+                    slots - claimed - len(claims),
+                    queue,
+                    is_capped=queue in self._capped,
+                    job_names=self.general_job_names,
+                )
             for claim in claims:
                 claimed += 1
                 logger.debug(
@@ -172,6 +194,31 @@ class Scheduler:
             return PassResult(claimed, 0.0)
         is_idle = self.detect_idle and not self.has_claimable_work(weights)
         return PassResult(0, iq_settings.POLL_INTERVAL_SECONDS, is_idle=is_idle)
+
+    def _claim_limited(self, queue: str, slots: int) -> list[Claim]:
+        """Claims of limited jobs with entries ready in ``queue``, within their limits and the
+        processing threads free now."""
+        claims: list[Claim] = []
+        for job_name, limits in self.limited_jobs.items():
+            room = min(slots - len(claims), self.free_threads() - len(claims))
+            if room <= 0:
+                break
+            if self._limited_retry_at.get(job_name, 0.0) > time.monotonic():
+                continue
+            waiting = Entry.objects.awaiting_compute().filter(queue_id=queue, job_name=job_name)
+            if not waiting.exists():
+                continue
+            taken = Entry.objects.claim(
+                self.worker, room, queue, limited=(job_name, limits), is_capped=True
+            )
+            if not taken:
+                self._limited_retry_at[job_name] = time.monotonic() + LIMITED_RETRY_SECONDS
+            claims += taken
+        return claims
+
+    def limited_job_finished(self, job_name: str) -> None:
+        """A claim of ``job_name`` finished here: it may have room again at once."""
+        self._limited_retry_at.pop(job_name, None)
 
     def has_claimable_work(self, weights: dict[str, int]) -> bool:
         """True if a served queue has a ready unlocked entry of an enabled job, a due deferred

@@ -19,7 +19,8 @@ from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.governor import ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
-from django_iq.models import GroupLock, Worker
+from django_iq.models import GroupLock, JobLimit, Worker
+from django_iq.options import JobLimits
 from django_iq.process import (
     EXIT_ABANDONED,
     EXIT_OK,
@@ -113,20 +114,27 @@ class WorkerProcess(IQProcess):
         # Times jobs out; a job stuck past its timeout's grace period stops this process.
         self.watchdog = Watchdog(iq_settings.TIMEOUT_GRACE_SECONDS, self._on_stuck)
         self.stuck = False
+        # Registered jobs with caps or rate limits, claimed under them (set by run()).
+        self.limited_jobs: dict[str, JobLimits] = {}
 
     # -- counters ---------------------------------------------------------------------------
 
-    def idle_threads(self) -> int:
+    def idle_threads(self, prefetch: bool = True) -> int:
         """Claims this worker may take now: processing threads neither running a claim nor
         already promised a queued one, plus the prefetch; none while too many successes wait
         for the ack writer (the database is slow or away, and every one of them holds a lock)."""
         if self.acks.pending() >= self.ack_backlog_limit:
             return 0
-        capacity = self.processing_threads + self.prefetch()
+        capacity = self.processing_threads + (self.prefetch() if prefetch else 0)
         idle = max(0, capacity - self._busy - self.handover.qsize())
         if self.max_jobs is not None or self.max_memory_bytes is not None:
             idle = min(idle, self._claims_left())
         return idle
+
+    def free_threads(self) -> int:
+        """Claims that a processing thread would start at once (no prefetch): the room for
+        claims of jobs with caps or rate limits, where a claim counts as a start."""
+        return self.idle_threads(prefetch=False)
 
     def _claims_left(self) -> int:
         """Entries this process may still claim before it is recycled (0 once over memory)."""
@@ -191,7 +199,18 @@ class WorkerProcess(IQProcess):
             # What this process can run: it claims entries of these jobs only, so an entry of
             # a job deployed elsewhere (or not yet here) waits for a worker that knows it.
             self.job_names = sorted(registered_jobs())
+        jobs = registered_jobs()
+        self.limited_jobs = {
+            name: jobs[name].options.limits()
+            for name in self.job_names
+            if name in jobs and jobs[name].options.is_limited
+        }
         self.register()
+        job_names = self.job_names
+        with_db_retry(
+            lambda: JobLimit.objects.publish(self.limited_jobs, unlimited=job_names),
+            "publish job limits",
+        )
         # The main thread only waits from here on: an idle connection kept open would be found
         # dead at shutdown after any database restart.
         connections.close_all()
@@ -342,6 +361,8 @@ class WorkerProcess(IQProcess):
             hand_over=self._hand_over,
             detect_idle=self.burst,
             job_names=self.job_names,
+            limited_jobs=self.limited_jobs,
+            free_threads=self.free_threads,
         )
         self._schedulers.append(scheduler)
         wake = self.wakeups.event()
@@ -391,6 +412,10 @@ class WorkerProcess(IQProcess):
     def _released(self, claim: Claim) -> None:
         """A claim is fully written: stop reporting its lock, and let the schedulers look."""
         self._forget(claim)
+        job_name = claim.entries[0].job_name if claim.entries else None
+        if job_name in self.limited_jobs:
+            for scheduler in self._schedulers:
+                scheduler.limited_job_finished(job_name)
         self.wakeups.wake_all()
 
     def _work_arrived(self, queue: str | None) -> None:

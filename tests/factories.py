@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import timedelta
 
 import factory
@@ -155,3 +156,28 @@ def attempt_errors(**filters: object) -> list[tuple[int, str, bool]]:
         .order_by("attempt")
         .values_list("attempt", "exception_class", "is_final")
     )
+
+
+def most_at_once(runs: Iterable[tuple[float, float | None]]) -> int:
+    """The most runs going on at one time, from each run's (start, end) as the job recorded
+    them (an end of None: still running)."""
+    events = []
+    for started, finished in runs:
+        events.append((started, 1))
+        events.append((finished if finished is not None else float("inf"), -1))
+    running = most = 0
+    for _, change in sorted(events):  # an end sorts before a start at the same instant
+        running += change
+        most = max(most, running)
+    return most
+
+
+def most_starts_within(starts: Iterable[float], seconds: float) -> int:
+    """The most starts in any window of ``seconds``."""
+    ordered = sorted(starts)
+    most = first = 0
+    for last, started in enumerate(ordered):
+        while started - ordered[first] >= seconds:
+            first += 1
+        most = max(most, last - first + 1)
+    return most

@@ -1,8 +1,9 @@
 """Read-only admins for what the processes write: workers and their load, group locks, the
-leadership lease and the results of Django Tasks."""
+leadership lease, the results of Django Tasks, and the jobs' caps and rate limits."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django.contrib import admin
@@ -12,7 +13,10 @@ from django.http import HttpRequest
 
 from django_iq.admin.common import EstimatedCountPaginator, ReadOnlyAdmin
 from django_iq.conf import iq_settings
-from django_iq.models import GroupLock, LeaderLease, Result, Worker
+from django_iq.managers.limits import JobUsage
+from django_iq.models import GroupLock, JobLimit, LeaderLease, Result, Worker
+from django_iq.options import JobLimits
+from django_iq.wording import rate_use, used_of
 
 
 class WorkerStatusFilter(admin.SimpleListFilter):
@@ -139,3 +143,40 @@ class ResultAdmin(ReadOnlyAdmin):
     list_deferred = ("args", "kwargs", "return_value", "errors")
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
+
+
+@admin.register(JobLimit)
+class JobLimitAdmin(ReadOnlyAdmin):
+    """Jobs with caps or rate limits, as their workers declare them in ``@job``, with what
+    they use now: running claims against the caps, recent starts against the rate limit."""
+
+    list_display = ("job_name", "running", "busiest_node", "starts", "updated_at")
+    search_fields = ("job_name",)
+    ordering = ("job_name",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._page = threading.local()  # the usage read for the page this thread renders
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # One reading for the whole page (four queries), not one per row and column.
+        self._page.usage = {usage.job_name: usage for usage in JobLimit.objects.usage()}
+        return super().changelist_view(request, extra_context)
+
+    def _usage_of(self, row: JobLimit) -> JobUsage:
+        usage: JobUsage | None = getattr(self._page, "usage", {}).get(row.job_name)
+        return usage or JobUsage(row.job_name, JobLimits(), 0, 0, 0)
+
+    @admin.display(description="running / cap")
+    def running(self, row: JobLimit) -> str:
+        return used_of(self._usage_of(row).running, row.max_concurrency)
+
+    @admin.display(description="busiest node / cap per node")
+    def busiest_node(self, row: JobLimit) -> str:
+        used = self._usage_of(row).running_on_busiest_node
+        return used_of(used, row.max_concurrency_per_node)
+
+    @admin.display(description="starts / rate limit")
+    def starts(self, row: JobLimit) -> str:
+        recent = self._usage_of(row).recent_starts
+        return rate_use(recent, row.rate_count, row.rate_period_seconds)

@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
-from django_iq.models import EntryError, OperatorAction, QueueMinute, Result, Worker
+from django_iq.models import EntryError, JobLimit, OperatorAction, QueueMinute, Result, Worker
+from django_iq.options import MAX_RATE_PERIOD_SECONDS
 
 # Logged under the name operators configure: django_iq.pruning.
 logger = logging.getLogger("django_iq.pruning")
@@ -29,14 +30,16 @@ class PrunePass:
     results: int = 0
     metrics: int = 0
     audit: int = 0
+    starts: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
 
 
 class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
     than ``WORKER_RETENTION_SECONDS``, task results finished longer than
-    ``RESULT_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS`` and
-    operators' audit records past ``AUDIT_RETENTION_SECONDS``."""
+    ``RESULT_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS``,
+    operators' audit records past ``AUDIT_RETENTION_SECONDS`` and rate-limited starts older than
+    the longest rate limit period (a day)."""
 
     name = "pruning"
 
@@ -50,12 +53,16 @@ class PruningDuty:
         minute_before = now - timedelta(seconds=iq_settings.METRICS_RETENTION_SECONDS)
         finished_before = now - timedelta(seconds=iq_settings.RESULT_RETENTION_SECONDS)
         acted_before = now - timedelta(seconds=iq_settings.AUDIT_RETENTION_SECONDS)
+        # A rate limit's window is at most a day; claims delete their job's older starts, and
+        # this the starts of jobs that stopped running.
+        started_before = now - timedelta(seconds=MAX_RATE_PERIOD_SECONDS)
         tables: dict[str, Callable[[], int]] = {
             "errors": lambda: EntryError.objects.prune(errors_before, batch),
             "workers": lambda: Worker.objects.prune(iq_settings.WORKER_RETENTION_SECONDS, batch),
             "metrics": lambda: QueueMinute.objects.prune(minute_before, batch),
             "results": lambda: Result.objects.prune(finished_before, batch),
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
+            "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),
         }
         result = PrunePass()
         for table, prune in tables.items():

@@ -6,6 +6,7 @@ from django_iq.managers.cron import CronJobManager
 from django_iq.managers.entries import ENQUEUE_BATCH_SIZE, Claim, EntryManager, EntryQuerySet
 from django_iq.managers.errors import EntryErrorManager, EntryErrorQuerySet
 from django_iq.managers.leadership import LEASE_NAME, LeaderLeaseManager
+from django_iq.managers.limits import JobLimitManager
 from django_iq.managers.locks import GroupLockManager
 from django_iq.managers.metrics import QueueMinuteManager, QueueTally, QueueTotalManager
 from django_iq.managers.outcomes import Failure, Success
@@ -24,6 +25,7 @@ __all__ = [
     "EntryQuerySet",
     "Failure",
     "GroupLockManager",
+    "JobLimitManager",
     "LeaderLeaseManager",
     "OperatorActionManager",
     "QueueManager",

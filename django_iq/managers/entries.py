@@ -19,7 +19,7 @@ from django_iq.exceptions import InvalidJobArguments, QueueNotFound
 from django_iq.limits import resolve_run_at
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
 from django_iq.managers.outcomes import EntryOutcomeManager
-from django_iq.options import JobCatalog, JobOptions
+from django_iq.options import JobCatalog, JobLimits, JobOptions
 from django_iq.queries import (
     COPY_ENQUEUE_MIN_ROWS,
     claim_in_one_statement,
@@ -353,6 +353,7 @@ class EntryManager(EntryOutcomeManager):
         *,
         is_capped: bool | None = None,
         job_names: Sequence[str] | None = None,
+        limited: tuple[str, JobLimits] | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` ready entries of ``queue`` for ``worker`` by creating group locks.
 
@@ -373,11 +374,16 @@ class EntryManager(EntryOutcomeManager):
 
         ``job_names`` (a worker's registered jobs) limits the claim to entries of those jobs:
         an entry no worker knows is never attempted, it waits.
+
+        ``limited=(job name, its limits as registered here)`` claims entries of that one job
+        under its caps and rate limit (``JobLimit``): the job's row is locked, so claims of the
+        job count its running claims and recent starts one at a time, on every database; each
+        lock records the job. Limited jobs must be left out of ``job_names`` of other claims.
         """
         db = router.db_for_write(self.model)
         worker_id = worker.pk if worker is not None else None
         silent_after = iq_settings.WORKER_SILENT_AFTER_SECONDS
-        if is_capped is False and supports_single_statement_claim(db):
+        if is_capped is False and limited is None and supports_single_statement_claim(db):
             claims: dict[str, Claim] = {}
             for entry, lock_id in claim_in_one_statement(
                 db, queue, worker_id, limit, silent_after, job_names
@@ -404,12 +410,20 @@ class EntryManager(EntryOutcomeManager):
                 limit = min(limit, queue_row["max_concurrency"] - running)
                 if limit <= 0:
                     return []
+            if limited is not None:
+                # After the queue row, like every claim of a capped queue: one lock order.
+                node = worker.host if worker is not None else None
+                limit = min(limit, iq.JobLimit.objects.room(db, limited[0], node, limited[1]))
+                if limit <= 0:
+                    return []
             # After the queue row: a claim waiting for a capped queue does not hold its
             # worker's row meanwhile (which would hold up the worker's heartbeat).
             if worker_id is not None and not lock_live_worker(db, worker_id, silent_after):
                 return []
             ready = self._on(db).filter(state=EntryState.PENDING, queue_id=queue)
-            if job_names is not None:
+            if limited is not None:
+                ready = ready.filter(job_name=limited[0])
+            elif job_names is not None:
                 ready = ready.filter(job_name__in=list(job_names))
             candidates = list(
                 ready.exclude(Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key"))))
@@ -422,7 +436,11 @@ class EntryManager(EntryOutcomeManager):
             first_entry: dict[str, int] = {}
             for entry in candidates:
                 first_entry.setdefault(entry.lock_key, entry.pk)
-            taken = insert_group_locks(db, first_entry, queue, worker_id)
+            job_name = limited[0] if limited is not None else None
+            taken = insert_group_locks(db, first_entry, queue, worker_id, job_name)
+            if job_name is not None:
+                started = sum(entry.lock_key in taken for entry in candidates)
+                iq.JobLimit.objects.record_starts(db, job_name, started)
         claims = {}
         for entry in candidates:
             if entry.lock_key in taken:

@@ -28,6 +28,7 @@ from django_iq.models import (
     Entry,
     EntryError,
     GroupLock,
+    JobLimit,
     LeaderLease,
     OperatorAction,
     Queue,
@@ -142,6 +143,7 @@ def make_one_of_each() -> dict[type[Model], Model]:
         Result: ResultFactory(),
         LeaderLease: LeaderLeaseFactory(),
         OperatorAction: an_operator_action(),
+        JobLimit: JobLimit.objects.create(job_name="tests.testapp.jobs.capped", max_concurrency=3),
     }
 
 
@@ -156,6 +158,7 @@ ALL_MODELS = [
     Result,
     LeaderLease,
     OperatorAction,
+    JobLimit,
 ]
 
 

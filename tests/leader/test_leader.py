@@ -19,6 +19,7 @@ from django_iq.models import (
     Entry,
     EntryError,
     GroupLock,
+    JobStart,
     LeaderLease,
     OperatorAction,
     Queue,
@@ -303,6 +304,18 @@ def test_pruning_removes_audit_records_past_their_time_to_live() -> None:
 
     assert result.audit == 1
     assert list(OperatorAction.objects.values_list("pk", flat=True)) == [recent.pk]
+
+
+def test_pruning_removes_rate_limited_starts_older_than_a_day() -> None:
+    now = timezone.now()
+    JobStart.objects.create(job_name="j", started_at=now - timedelta(days=2))
+    recent = JobStart.objects.create(job_name="j", started_at=now - timedelta(hours=2))
+    leader = Leader(name="pruner", duties=[PruningDuty()], lease_seconds=30)
+
+    result = leader.run_once(now).ran["pruning"]
+
+    assert result.starts == 1
+    assert list(JobStart.objects.values_list("pk", flat=True)) == [recent.pk]
 
 
 @pytest.mark.skipif(

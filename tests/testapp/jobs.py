@@ -183,3 +183,31 @@ async def overruns_async(token: str, seconds: float) -> str:
     """A coroutine awaiting past its timeout: its event loop cancels it."""
     await asyncio.sleep(seconds)
     return token
+
+
+def _recorded_run(token: str, seconds: float) -> str:
+    """Record a run's start (committed at once), host and end, around ``seconds`` of work."""
+    host = os.environ.get("DJANGO_IQ_HOST_NAME", "")
+    run = RecordedRun.objects.create(
+        token=token, pid=os.getpid(), host=host, started_at=time.time()
+    )
+    time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
+    RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
+    return token
+
+
+@job(max_concurrency=3, max_concurrency_per_node=2)
+def capped(token: str, seconds: float = 0.0) -> str:
+    """At most 3 running in the cluster and 2 per node."""
+    return _recorded_run(token, seconds)
+
+
+@job(max_concurrency=1)
+def one_at_a_time(token: str, seconds: float = 0.0) -> str:
+    return _recorded_run(token, seconds)
+
+
+@job(rate_limit="5/s")
+def rate_limited(token: str, seconds: float = 0.0) -> str:
+    """At most 5 starts in any second, cluster-wide."""
+    return _recorded_run(token, seconds)

@@ -24,6 +24,7 @@ class RecordedRun(models.Model):
     token = models.CharField(max_length=100, db_index=True)
     group_key = models.CharField(max_length=100, blank=True)
     pid = models.IntegerField()
+    host = models.CharField(max_length=100, blank=True)
     started_at = models.FloatField()
     finished_at = models.FloatField(null=True)
 
