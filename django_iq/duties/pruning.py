@@ -1,4 +1,5 @@
-"""Pruning: delete old error records and long-stopped workers in bounded batches."""
+"""Pruning: delete old error records, long-stopped workers, old results, metrics and audit
+records, and unique keys whose window has passed, in bounded batches."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
-from django_iq.models import EntryError, OperatorAction, QueueMinute, Result, Worker
+from django_iq.models import EntryError, OperatorAction, QueueMinute, Result, UniqueKey, Worker
 
 # Logged under the name operators configure: django_iq.pruning.
 logger = logging.getLogger("django_iq.pruning")
@@ -29,6 +30,7 @@ class PrunePass:
     results: int = 0
     metrics: int = 0
     audit: int = 0
+    unique_keys: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
 
 
@@ -36,7 +38,8 @@ class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
     than ``WORKER_RETENTION_SECONDS``, task results finished longer than
     ``RESULT_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS`` and
-    operators' audit records past ``AUDIT_RETENTION_SECONDS``."""
+    operators' audit records past ``AUDIT_RETENTION_SECONDS``, and the rows of unique keys
+    whose window (``unique_for``) has passed: an expired row holds nothing."""
 
     name = "pruning"
 
@@ -56,6 +59,7 @@ class PruningDuty:
             "metrics": lambda: QueueMinute.objects.prune(minute_before, batch),
             "results": lambda: Result.objects.prune(finished_before, batch),
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
+            "unique_keys": lambda: UniqueKey.objects.prune(now, batch),
         }
         result = PrunePass()
         for table, prune in tables.items():
