@@ -34,6 +34,7 @@ class AppModels:
         QueueMinute: type[models.QueueMinute]
         QueueTotal: type[models.QueueTotal]
         OperatorAction: type[models.OperatorAction]
+        UniqueKey: type[models.UniqueKey]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

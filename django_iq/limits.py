@@ -25,6 +25,8 @@ MAX_ARGUMENT_DEPTH = 30
 MAX_ATTEMPTS_LIMIT = 100_000
 # Backoff options and settings, in seconds: a year.
 MAX_BACKOFF_SECONDS = 365 * 86_400.0
+# unique_for, in seconds: a year (the end of a window stays far inside every database's range).
+MAX_UNIQUE_FOR_SECONDS = 365 * 86_400.0
 # Queue names, group keys and job names: no NUL (PostgreSQL refuses it in text) and valid UTF-8.
 
 

@@ -1,4 +1,5 @@
-"""The models: Queue, Entry, GroupLock, EntryError, Worker, CronJob, LeaderLease, DisabledJob."""
+"""The models: Queue, Entry, GroupLock, EntryError, Worker, CronJob, LeaderLease, DisabledJob,
+Result, QueueMinute, QueueTotal, OperatorAction and UniqueKey."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from django_iq.managers import (
     QueueMinuteManager,
     QueueTotalManager,
     ResultManager,
+    UniqueKeyManager,
     WorkerManager,
 )
 from django_iq.schedule import validate_schedule
@@ -156,6 +158,26 @@ class Entry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} #{self.pk} ({self.state})"
+
+
+class UniqueKey(models.Model):
+    """A unique key enqueued with a window (``unique_for``): taken while an entry holds it, then
+    until ``expires_at``, ``window`` after that entry finished; pruned once that has passed."""
+
+    key = models.CharField(max_length=200, unique=True)
+    # NULL while an entry holds the key (or held it and was cancelled, which frees it).
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Kept with the key by the enqueue that took it: the entry's finish adds it to the time.
+    window = models.DurationField()
+
+    objects = UniqueKeyManager()
+
+    class Meta:
+        # Pruning of keys whose window has passed, oldest first.
+        indexes = [models.Index(fields=["expires_at"], name="iq_uniquekey_expires_idx")]
+
+    def __str__(self) -> str:
+        return f"unique key {self.key} (until {self.expires_at or 'its entry finishes'})"
 
 
 class DisabledJob(models.Model):

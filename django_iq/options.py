@@ -1,5 +1,5 @@
 """What a job's entries are enqueued with: ``JobOptions`` (queue, priority, attempts, group
-key, backoff, run time) and their validation, and ``JobCatalog``, what the managers need to know
+key, backoff, run time, unique key and window) and their validation, and ``JobCatalog``, what the managers need to know
 of registered jobs, handed to them by the caller so that they never import the registry."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from django_iq.exceptions import Fail, InvalidJobOptions, RetryAfter
 from django_iq.limits import (
     MAX_ATTEMPTS_LIMIT,
     MAX_BACKOFF_SECONDS,
+    MAX_UNIQUE_FOR_SECONDS,
     capped_backoff,
     run_at_problem,
     text_problem,
@@ -41,6 +43,7 @@ JOB_OPTIONS = (
     "dont_retry_on",
     "max_snoozes",
     "unique",
+    "unique_for",
     "timeout",
     "max_concurrency",
     "max_concurrency_per_node",
@@ -55,6 +58,7 @@ USING_OPTIONS = (
     "group_key",
     "run_at",
     "unique_key",
+    "unique_for",
     "timeout",
 )
 # Caps on running entries, and the most starts a rate limit allows per period.
@@ -160,6 +164,28 @@ def _exception_classes(name: str, value: Any) -> tuple[type[BaseException], ...]
     return tuple(classes)
 
 
+def validate_unique_for(unique_for: Any) -> timedelta:
+    """``unique_for`` as a timedelta: a positive, finite timedelta or number of seconds of at
+    most a year; raise ``InvalidJobOptions`` otherwise."""
+    expected = (
+        "unique_for must be a timedelta or a number of seconds, more than 0 and at most "
+        f"{MAX_UNIQUE_FOR_SECONDS:,.0f} (a year)"
+    )
+    if isinstance(unique_for, timedelta):
+        seconds = unique_for.total_seconds()
+    elif isinstance(unique_for, (int, float)) and not isinstance(unique_for, bool):
+        # Compared before any conversion: an int too large for a float must not overflow.
+        seconds = unique_for if 0 < unique_for <= MAX_UNIQUE_FOR_SECONDS else math.nan
+    else:
+        raise InvalidJobOptions(f"{expected}, got {type(unique_for).__name__} {unique_for!r:.80}.")
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_UNIQUE_FOR_SECONDS:
+        raise InvalidJobOptions(f"{expected}, got {unique_for!r:.80}.")
+    window = unique_for if isinstance(unique_for, timedelta) else timedelta(seconds=seconds)
+    if not window:
+        raise InvalidJobOptions(f"{expected} (a microsecond or more), got {unique_for!r:.80}.")
+    return window
+
+
 def _text_option(name: str, value: str) -> None:
     problem = text_problem(value)
     if problem is not None:
@@ -184,6 +210,8 @@ class JobOptions:
     # unique=True: a key made from the job's name and arguments; unique_key: one given.
     unique: bool = False
     unique_key: str | None = None
+    # How long the key stays taken after its entry finished (None: it is free at once).
+    unique_for: timedelta | None = None
     # Seconds a run may take before JobTimeout is raised in it (None: DEFAULT_TIMEOUT_SECONDS).
     timeout: float | None = None
     # At most this many entries of the job run at once in the cluster / on one node (host).
@@ -207,6 +235,13 @@ class JobOptions:
             object.__setattr__(self, "timeout", validate_timeout(self.timeout))
         if not isinstance(self.unique, bool):
             raise InvalidJobOptions(f"unique must be True or False, got {self.unique!r:.80}.")
+        if self.unique_for is not None:
+            object.__setattr__(self, "unique_for", validate_unique_for(self.unique_for))
+            if not self.unique and self.unique_key is None:
+                raise InvalidJobOptions(
+                    "unique_for needs a unique key: pass unique=True to @job, or unique_key "
+                    "with unique_for to using()."
+                )
         if self.unique_key is not None and (
             not isinstance(self.unique_key, str)
             or not 0 < len(self.unique_key) <= MAX_UNIQUE_KEY_LENGTH

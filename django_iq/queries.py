@@ -112,6 +112,40 @@ def insert_group_locks(
         return {key: lock_id for lock_id, key in cursor.fetchall()}
 
 
+# Take a unique key with a window (unique_for) in one statement: insert its row, or take the row
+# that is there if no window runs (expires_at NULL: its entry was cancelled; or in the past),
+# keeping this enqueue's window. The row comes back only if it was taken. ON CONFLICT locks the
+# row either way and reads its latest version, so a window started by a finish that committed
+# meanwhile is seen. MariaDB has no such statement and takes the ORM's update, then insert.
+TAKE_UNIQUE_KEY_ON_CONFLICT = (
+    "INSERT INTO {table} ({key}, {expires_at}, {window}) VALUES (%s, NULL, %s) "
+    "ON CONFLICT ({key}) DO UPDATE SET {expires_at} = NULL, {window} = EXCLUDED.{window} "
+    "WHERE {table}.{expires_at} IS NULL OR {table}.{expires_at} <= {now} RETURNING {id}"
+)
+# The database's clock as Django's Now() reads it, so the windows the ORM starts compare alike.
+_NOW_BY_VENDOR = {
+    "postgresql": "STATEMENT_TIMESTAMP()",
+    "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')",
+}
+
+
+def take_unique_key(using: str, key: str, window: timedelta) -> bool | None:
+    """Take ``key`` for ``window`` unless its window runs; return whether it was taken, or None
+    where this takes the ORM instead (MariaDB). Call in the transaction that wrote its entry."""
+    connection = connections[using]
+    now = _NOW_BY_VENDOR.get(connection.vendor)
+    if now is None:
+        return None
+    quote = connection.ops.quote_name
+    sql = TAKE_UNIQUE_KEY_ON_CONFLICT.format(
+        table=quote(str(iq.UniqueKey._meta.db_table)), now=now, **columns(connection, iq.UniqueKey)
+    )
+    stored = iq.UniqueKey._meta.get_field("window").get_db_prep_save(window, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [key, stored])
+        return cursor.fetchone() is not None
+
+
 # Claim in one round trip on PostgreSQL, for a queue that is not paused and has no concurrency
 # cap (a capped queue takes the general path, which serializes its claimers on the queue row).
 # The w CTE holds the claiming worker's row FOR SHARE, and only if that worker is running and
@@ -641,16 +675,18 @@ def _instance(using: str, model: Any, row: Sequence[Any]) -> Any:
 # its own): lock the finished entries by id and delete them, then lock the ended claims' group
 # locks by id and delete them, in that order as every writer of several rows does (the second
 # lock step waits for the first through its sub-select). Returns the lock ids deleted; those
-# missing were gone already (recovery released them while their jobs ran).
+# missing were gone already (recovery released them while their jobs ran). A batch with unique
+# keys starts their windows between the two steps (COMPLETE_WINDOWS_POSTGRESQL).
 COMPLETE_POSTGRESQL = """
 WITH le AS (
     SELECT {entry_id} FROM {entry_table} WHERE {entry_id} = ANY(%(entries)s)
     ORDER BY {entry_id} FOR UPDATE
 ), de AS (
-    DELETE FROM {entry_table} e USING le WHERE e.{entry_id} = le.{entry_id} RETURNING e.{entry_id}
-), ll AS (
+    DELETE FROM {entry_table} e USING le WHERE e.{entry_id} = le.{entry_id}
+    RETURNING e.{entry_id}{returned_key}
+){windows}, ll AS (
     SELECT {lock_id} FROM {lock_table}
-    WHERE {lock_id} = ANY(%(locks)s) AND (SELECT COUNT(*) FROM de) >= 0
+    WHERE {lock_id} = ANY(%(locks)s) AND (SELECT COUNT(*) FROM {before_locks}) >= 0
     ORDER BY {lock_id} FOR UPDATE
 ), dl AS (
     DELETE FROM {lock_table} g USING ll WHERE g.{lock_id} = ll.{lock_id} RETURNING g.{lock_id}
@@ -677,7 +713,15 @@ COMPLETE_RESULTS_POSTGRESQL = """, ur AS (
     WHERE r.{id} = v.id AND (SELECT COUNT(*) FROM de) >= 0
     RETURNING {columns}
 )"""
-_COMPLETE_SQL: dict[tuple[str, bool], str] = {}
+# The entries deleted that held unique keys with a window (unique_for): each window starts now
+# (the database's clock, as the ORM path's Now()). Only keys still held (expires_at NULL) are
+# touched, and only entries this statement deleted count.
+COMPLETE_WINDOWS_POSTGRESQL = """, uk AS (
+    UPDATE {key_table} k SET {expires_at} = STATEMENT_TIMESTAMP() + k.{window}
+    FROM de WHERE k.{key} = de.{unique_key} AND k.{expires_at} IS NULL
+    RETURNING k.{id}
+)"""
+_COMPLETE_SQL: dict[tuple[str, bool, bool], str] = {}
 
 
 @dataclass(frozen=True)
@@ -701,10 +745,13 @@ def complete_in_one_statement(
     entry_ids: Sequence[int],
     lock_ids: Sequence[int],
     results: Sequence[ResultDone] = (),
+    *,
+    unique_keys: bool = False,
 ) -> tuple[set[int], list[Any]]:
     """Delete finished entries and the group locks of the claims they ended, and finish their
     Tasks ``results``, in one statement; return the lock ids that were deleted and the
-    ``Result`` rows as written."""
+    ``Result`` rows as written. ``unique_keys``: some entries hold unique keys, whose windows
+    (``unique_for``) start."""
     connection = connections[using]
     params: dict[str, Any] = {
         "entries": sorted(set(entry_ids)),
@@ -721,7 +768,7 @@ def complete_in_one_statement(
             r_workers=[r.worker for r in ordered],
         )
     with connection.cursor() as cursor:
-        cursor.execute(_complete_sql(connection, bool(results)), params)
+        cursor.execute(_complete_sql(connection, bool(results), unique_keys), params)
         rows = cursor.fetchall()
     if not results:
         return {row[0] for row in rows}, []
@@ -730,8 +777,8 @@ def complete_in_one_statement(
     return locks, written
 
 
-def _complete_sql(connection: Any, with_results: bool) -> str:
-    key = (connection.alias, with_results)
+def _complete_sql(connection: Any, with_results: bool, with_windows: bool) -> str:
+    key = (connection.alias, with_results, with_windows)
     sql = _COMPLETE_SQL.get(key)
     if sql is None:
         quote = connection.ops.quote_name
@@ -745,9 +792,20 @@ def _complete_sql(connection: Any, with_results: bool) -> str:
                 columns=", ".join(f"r.{quote(str(f.column))}" for f in fields),
                 **column,
             )
+        unique_key = quote(str(iq.Entry._meta.get_field("unique_key").column))
+        windows = ""
+        if with_windows:
+            windows = COMPLETE_WINDOWS_POSTGRESQL.format(
+                key_table=quote(str(iq.UniqueKey._meta.db_table)),
+                unique_key=unique_key,
+                **columns(connection, iq.UniqueKey),
+            )
         sql = COMPLETE_POSTGRESQL.format(
             entry_table=quote(str(iq.Entry._meta.db_table)),
             entry_id=quote(str(iq.Entry._meta.pk.column)),
+            returned_key=f", e.{unique_key}" if with_windows else "",
+            windows=windows,
+            before_locks="uk" if with_windows else "de",
             lock_table=quote(str(iq.GroupLock._meta.db_table)),
             lock_id=lock_id,
             results=results,

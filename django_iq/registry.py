@@ -156,7 +156,8 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None, **option
     """Register ``func`` as a job; use bare (``@job``) or with options (``@job(queue="emails")``).
 
     Options: ``queue``, ``priority`` (-100..100), ``max_attempts``, ``group_key``,
-    ``backoff_base_seconds``, ``backoff_max_seconds``. Raises ``InvalidJobOptions``.
+    ``backoff_base_seconds``, ``backoff_max_seconds``, ``retry_on``, ``dont_retry_on``,
+    ``max_snoozes``, ``unique`` and ``unique_for``. Raises ``InvalidJobOptions``.
     """
     for option in options:
         if option not in JOB_OPTIONS:

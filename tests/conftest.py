@@ -1,16 +1,20 @@
-"""Shared fixtures: database vendor helpers, a poll-until helper, settings and signal helpers."""
+"""Shared fixtures: database vendor helpers, a poll-until helper, a run-at-once helper for
+races, settings and signal helpers."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from django.dispatch import Signal
 from django.test import override_settings
+
+T = TypeVar("T")
 
 
 def wait_until(
@@ -28,6 +32,42 @@ def wait_until(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {message or condition}")
         time.sleep(interval)  # polling interval of the wait helper itself
+
+
+def concurrently(
+    action: Callable[[], T], threads: int = 50, also: Callable[[], object] | None = None
+) -> list[T]:
+    """Run ``action`` in ``threads`` threads released at once, each on a connection of its own
+    (and ``also`` in this thread at the same moment); return what each returned. Fails the test
+    if any raised."""
+    barrier = threading.Barrier(threads + 1 if also else threads)
+    results: list[T] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        try:
+            barrier.wait()
+            result = action()
+            with lock:
+                results.append(result)
+        except BaseException as exc:  # collected: the test thread asserts on them
+            with lock:
+                errors.append(exc)
+        finally:
+            connections.close_all()
+
+    started = [threading.Thread(target=run) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    if also is not None:
+        barrier.wait()
+        also()
+    for thread in started:
+        thread.join(60)
+    assert not errors, errors[:3]
+    assert len(results) == threads, "a thread did not finish within 60 s"
+    return results
 
 
 def iq_settings_with(**overrides: object) -> override_settings:

@@ -1,4 +1,5 @@
-"""Pruning: delete old error records and long-stopped workers in bounded batches."""
+"""Pruning: delete old error records, long-stopped workers, old results, metrics and audit
+records, and unique keys whose window has passed, in bounded batches."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from datetime import datetime, timedelta
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
-from django_iq.models import EntryError, JobLimit, OperatorAction, QueueMinute, Result, Worker
+from django_iq.models import (
+    EntryError,
+    JobLimit,
+    OperatorAction,
+    QueueMinute,
+    Result,
+    UniqueKey,
+    Worker,
+)
 from django_iq.options import MAX_RATE_PERIOD_SECONDS
 
 # Logged under the name operators configure: django_iq.pruning.
@@ -31,6 +40,7 @@ class PrunePass:
     metrics: int = 0
     audit: int = 0
     starts: int = 0
+    unique_keys: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
 
 
@@ -38,8 +48,9 @@ class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
     than ``WORKER_RETENTION_SECONDS``, task results finished longer than
     ``RESULT_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS``,
-    operators' audit records past ``AUDIT_RETENTION_SECONDS`` and rate-limited starts older than
-    the longest rate limit period (a day)."""
+    operators' audit records past ``AUDIT_RETENTION_SECONDS``, rate-limited starts older than
+    the longest rate limit period (a day), and the rows of unique keys whose window
+    (``unique_for``) has passed: an expired row holds nothing."""
 
     name = "pruning"
 
@@ -63,6 +74,7 @@ class PruningDuty:
             "results": lambda: Result.objects.prune(finished_before, batch),
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
             "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),
+            "unique_keys": lambda: UniqueKey.objects.prune(now, batch),
         }
         result = PrunePass()
         for table, prune in tables.items():

@@ -1,5 +1,5 @@
 """Managers and querysets: the only writers of state (queues, entries, locks, errors, workers,
-the lease, cron jobs and task results), one module per model family."""
+the lease, cron jobs, task results and unique keys), one module per model family."""
 
 from django_iq.managers.audit import OperatorActionManager
 from django_iq.managers.cron import CronJobManager
@@ -12,6 +12,7 @@ from django_iq.managers.metrics import QueueMinuteManager, QueueTally, QueueTota
 from django_iq.managers.outcomes import Failure, Success
 from django_iq.managers.queues import QueueManager, QueueStats
 from django_iq.managers.results import ResultManager
+from django_iq.managers.uniquekeys import UniqueKeyManager
 from django_iq.managers.workers import WorkerManager
 
 __all__ = [
@@ -35,5 +36,6 @@ __all__ = [
     "QueueTotalManager",
     "ResultManager",
     "Success",
+    "UniqueKeyManager",
     "WorkerManager",
 ]

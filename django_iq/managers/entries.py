@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, models, router, transaction
@@ -65,6 +66,12 @@ def _field_defaults(model: Any) -> list[tuple[str, Callable[[], Any]]]:
             for f in model._meta.concrete_fields
         ]
     return defaults
+
+
+def _unsave(entry: Entry) -> None:
+    """Make ``entry`` unsaved again: its insert was refused or rolled back."""
+    entry.pk = None
+    entry._state.adding, entry._state.db = True, None
 
 
 class EntryQuerySet(models.QuerySet["Entry"]):
@@ -215,7 +222,9 @@ class EntryManager(EntryOutcomeManager):
         if any(entry.unique_key is not None for entry in entries):
             with reachable(db, "nothing was enqueued"):
                 entries = [
-                    self._insert_unique(db, job_name, options.queue_name, entry, jobs)
+                    self._insert_unique(
+                        db, job_name, options.queue_name, entry, jobs, options.unique_for
+                    )
                     for entry in entries
                 ]
             for entry in entries:
@@ -276,20 +285,31 @@ class EntryManager(EntryOutcomeManager):
                 raise QueueNotFound(f"Queue {queue!r} was deleted while entries were enqueued.")
 
     def _insert_unique(
-        self, db: str, job_name: str, queue: str, entry: Entry, jobs: JobCatalog | None
+        self,
+        db: str,
+        job_name: str,
+        queue: str,
+        entry: Entry,
+        jobs: JobCatalog | None,
+        window: timedelta | None = None,
     ) -> Entry:
         """Insert ``entry`` unless an entry holding its unique key exists; return the one
         written, or the one that was there (``is_duplicate``). The database's unique constraint
         decides between concurrent callers; a key freed meanwhile (its entry finished) is
-        tried again."""
+        tried again.
+
+        With a ``window`` (``unique_for``), the key also stays taken for that long after its
+        entry finished: ``entry`` then comes back unsaved (pk None) as the duplicate.
+        """
+        write = partial(self._write_unless_taken, db, job_name, queue, entry, jobs)
         for _ in range(UNIQUE_ENQUEUE_TRIES):
-            if supports_single_statement_enqueue(db):
-                rows = enqueue_in_one_statement(db, queue, job_name, [entry], unique=True)
-                if rows:
-                    ((entry.pk, entry.state),) = rows
-                    entry._state.adding, entry._state.db = False, db
-                    return entry
-            elif self._save_unless_taken(db, job_name, queue, entry, jobs):
+            written = (
+                write() if window is None else self._write_taking_key(db, entry, window, write)
+            )
+            if written is None:
+                entry.is_duplicate = True
+                return entry
+            if written:
                 return entry
             existing = self._holding(db, str(entry.unique_key))
             if existing is not None:
@@ -299,6 +319,54 @@ class EntryManager(EntryOutcomeManager):
             # declared, or refuse), or the entry holding the key finished meanwhile.
             iq.Queue.objects.db_manager(db).ensure(queue, jobs)
         raise QueueNotFound(f"Queue {queue!r} was deleted while an entry was enqueued.")
+
+    def _write_unless_taken(
+        self, db: str, job_name: str, queue: str, entry: Entry, jobs: JobCatalog | None
+    ) -> bool:
+        """Write ``entry`` unless its unique key is taken (or, on PostgreSQL, its queue has no
+        row); return whether it was written."""
+        if not supports_single_statement_enqueue(db):
+            return self._save_unless_taken(db, job_name, queue, entry, jobs)
+        rows = enqueue_in_one_statement(db, queue, job_name, [entry], unique=True)
+        if not rows:
+            return False
+        ((entry.pk, entry.state),) = rows
+        entry._state.adding, entry._state.db = False, db
+        return True
+
+    def _write_taking_key(
+        self, db: str, entry: Entry, window: timedelta, write: Callable[[], bool]
+    ) -> bool | None:
+        """``write()`` ``entry`` and take its key's row for ``window``, in one transaction;
+        return None, with nothing written, while the key's window runs, else what ``write``
+        returned.
+
+        The entry comes first, then the key's row, the order in which a finish removes an entry
+        and starts its window: an enqueue waiting on a finishing entry's key (the unique
+        constraint) goes on once the window is committed, and then finds it.
+        """
+        keys = iq.UniqueKey.objects.db_manager(db)
+        key = str(entry.unique_key)
+
+        def write_and_take() -> bool | None:
+            _unsave(entry)
+            # A plain read first: inside a running window nothing is written at all.
+            if keys.window_running(key):
+                return None
+            if not write():
+                return False
+            if keys.take(key, window):
+                return True
+            transaction.set_rollback(True, using=db)
+            return None
+
+        # Run again if it loses a deadlock: on MariaDB, inserts of one key waiting for the
+        # delete of the entry that held it (or for an insert rolled back here) take shared
+        # locks on it and then wait on each other; the losers, run again, find the window.
+        written = atomic_retrying(db, write_and_take, "enqueue")
+        if written is None:
+            _unsave(entry)
+        return written
 
     def _save_unless_taken(
         self, db: str, job_name: str, queue: str, entry: Entry, jobs: JobCatalog | None
@@ -310,8 +378,7 @@ class EntryManager(EntryOutcomeManager):
             with transaction.atomic(using=db):
                 entry.save(force_insert=True, using=db)
         except IntegrityError:
-            entry.pk = None
-            entry._state.adding = True
+            _unsave(entry)
             return False
         return True
 

@@ -87,14 +87,15 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         jobs: JobCatalog | None = None,
         written_results: list[Result] | None = None,
     ) -> set[int]:
-        """The one way successes are written: delete the finished entries, record their Tasks
-        results and their cron runs (each cron job gets its next entry), point the locks of
-        group claims that go on away from the finished entries, and delete the locks of the
-        claims that ended, in one transaction. Return the lock ids that were already gone
-        (recovery released them while their jobs ran).
+        """The one way successes are written: delete the finished entries, start the windows
+        of their unique keys (``unique_for``), record their Tasks results and their cron runs
+        (each cron job gets its next entry), point the locks of group claims that go on away
+        from the finished entries, and delete the locks of the claims that ended, in one
+        transaction. Return the lock ids that were already gone (recovery released them while
+        their jobs ran).
 
-        Rows are locked in one order, entries then group locks, each by id: a claimer holding
-        an entry row waits for us, then finds our lock and skips it.
+        Rows are locked in one order, entries, unique keys, then group locks, each by id: a
+        claimer holding an entry row waits for us, then finds our lock and skips it.
 
         ``written_results``, if given, receives the Tasks results as written where the
         database returns them with the write (PostgreSQL), so nobody reads them again.
@@ -118,9 +119,12 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                 for s in done
                 if s.entry.result_id is not None
             ]
+            keyed = any(s.entry.unique_key for s in done)
             found_locks, rows = atomic_retrying(
                 db,
-                lambda: complete_in_one_statement(db, entry_ids, lock_ids, results),
+                lambda: complete_in_one_statement(
+                    db, entry_ids, lock_ids, results, unique_keys=keyed
+                ),
                 "complete_many",
                 atomic=False,
             )
@@ -141,6 +145,10 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             found_entries = lock_in_order(self._on(db), entry_ids)
             if found_entries:
                 self._on(db).filter(pk__in=found_entries).delete()
+                deleted = set(found_entries)
+                iq.UniqueKey.objects.db_manager(db).start_windows(
+                    s.entry.unique_key for s in done if s.entry.pk in deleted
+                )
             iq.Result.objects.db_manager(db).record_successes(
                 [
                     (str(s.entry.result_id), s.return_value, s.at or now)
@@ -283,7 +291,8 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         """The one way an attempt ends without success, whatever ended it (the job raised, its
         worker died, ...): count the attempt, write its ``EntryError`` (and the Tasks result's
         failure), then either remove the entry for good, when ``failure.final`` or its attempts
-        are used up (a cron entry then gets its successor), or keep it for another attempt.
+        are used up (a cron entry then gets its successor, a unique key's window starts), or
+        keep it for another attempt, its unique key still taken.
 
         The caller holds the entry's row and handles its group lock, in its own transaction.
         """
@@ -310,7 +319,8 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             )
         rows = self._on(using).filter(pk=entry.pk)
         if final:
-            rows.delete()
+            if rows.delete()[0] and entry.unique_key:
+                iq.UniqueKey.objects.db_manager(using).start_windows([entry.unique_key])
             if entry.cron_job_id is not None:
                 self._after_cron_run(entry, now, jobs)
             return error

@@ -12,6 +12,7 @@ from django.db import connections
 from django_iq.exceptions import InvalidJobOptions
 from django_iq.models import Entry
 from django_iq.worker import WorkerProcess
+from tests.conftest import concurrently
 from tests.testapp.jobs import record, refresh_account
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,34 +60,11 @@ def test_enqueue_many_keeps_one_entry_per_key_and_returns_one_object_per_call() 
 
 
 def test_fifty_concurrent_enqueues_with_one_key_make_one_entry() -> None:
-    barrier = threading.Barrier(50)
-    results: list[tuple[int, bool]] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
+    entries = concurrently(lambda: record.using(unique_key="race").enqueue("racer"))
 
-    def enqueue() -> None:
-        try:
-            barrier.wait()
-            entry = record.using(unique_key="race").enqueue("racer")
-            with lock:
-                results.append((entry.pk, entry.is_duplicate))
-        except BaseException as exc:  # collected: the test thread asserts on them
-            with lock:
-                errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=enqueue) for _ in range(50)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-
-    assert not errors, errors[:3]
-    assert len(results) == 50
     assert Entry.objects.filter(unique_key="race").count() == 1
-    assert {pk for pk, _ in results} == {Entry.objects.get(unique_key="race").pk}
-    assert sorted(duplicate for _, duplicate in results) == [False] + [True] * 49
+    assert {e.pk for e in entries} == {Entry.objects.get(unique_key="race").pk}
+    assert sorted(e.is_duplicate for e in entries) == [False] + [True] * 49
 
 
 @pytest.mark.parametrize(
