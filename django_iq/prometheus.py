@@ -39,9 +39,12 @@ class Scrape:
 
 
 def read_scrape(now: datetime) -> Scrape:
-    """Read every metric at ``now`` in a fixed number of queries (the snapshot's eight and
-    one for the totals), whatever the number of queues, entries or workers."""
-    return Scrape(snapshot=read_snapshot(now), totals=QueueTotal.objects.by_queue())
+    """Read every metric at ``now`` in a fixed number of queries (the snapshot's ten, jobs no
+    live worker serves included, and one for the totals), whatever the number of queues,
+    entries or workers."""
+    return Scrape(
+        snapshot=read_snapshot(now, unserved_jobs=True), totals=QueueTotal.objects.by_queue()
+    )
 
 
 class IQCollector:
@@ -129,6 +132,21 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
         "Live workers the resource governor is holding back (CPU or memory over threshold).",
         value=scrape.snapshot.throttled_workers,
     )
+    unserved = GaugeMetricFamily(
+        "django_iq_unserved_job_waiting_entries",
+        "Ready entries of a job that no live worker has registered: they wait, never tried.",
+        labels=["job"],
+    )
+    unserved_oldest = GaugeMetricFamily(
+        "django_iq_unserved_job_oldest_waiting_seconds",
+        "Age of the oldest ready entry of a job that no live worker has registered.",
+        labels=["job"],
+    )
+    for job in scrape.snapshot.unserved_jobs or []:
+        unserved.add_metric([job.job_name], job.waiting)
+        unserved_oldest.add_metric([job.job_name], job.oldest_waiting_seconds or 0.0)
+    yield unserved
+    yield unserved_oldest
 
 
 def is_authorized(request: HttpRequest) -> bool:

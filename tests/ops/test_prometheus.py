@@ -194,6 +194,8 @@ def test_response_is_the_text_format_and_never_cached(staff_client: Client) -> N
         "django_iq_oldest_waiting_seconds": "gauge",
         "django_iq_workers": "gauge",
         "django_iq_worker_throttled": "gauge",
+        "django_iq_unserved_job_waiting_entries": "gauge",
+        "django_iq_unserved_job_oldest_waiting_seconds": "gauge",
     }
 
 
@@ -267,6 +269,22 @@ def test_without_prometheus_client_anonymous_scrape_is_still_forbidden(
     assert client.get(URL).status_code == 403
 
 
+@pytest.mark.django_db
+def test_jobs_no_live_worker_serves_are_gauges_with_their_oldest_wait() -> None:
+    registry = CollectorRegistry()
+    registry.register(IQCollector())
+    EntryFactory(job_name="billing.jobs.invoice", enqueued_at=timezone.now() - timedelta(hours=1))
+    EntryFactory(job_name="billing.jobs.invoice")
+    WorkerFactory(job_names=["tests.testapp.jobs.record"])
+
+    labels = {"job": "billing.jobs.invoice"}
+    waiting = registry.get_sample_value("django_iq_unserved_job_waiting_entries", labels)
+    oldest = registry.get_sample_value("django_iq_unserved_job_oldest_waiting_seconds", labels)
+
+    assert waiting == 2
+    assert oldest is not None and 3500 <= oldest <= 3700
+
+
 # -- collector and queries -------------------------------------------------------------------------
 
 
@@ -289,7 +307,7 @@ def test_collector_registers_in_another_registry_without_querying(
 
 
 @pytest.mark.django_db
-def test_a_scrape_takes_nine_queries_whatever_the_data(
+def test_a_scrape_takes_eleven_queries_whatever_the_data(
     django_assert_num_queries: Any,
 ) -> None:
     for index in range(5):
@@ -299,8 +317,9 @@ def test_a_scrape_takes_nine_queries_whatever_the_data(
         EntryErrorFactory(queue=queue)
     WorkerFactory.create_batch(4)
 
-    # The operator snapshot's eight, and the lifetime totals.
-    with django_assert_num_queries(9):
+    # The operator snapshot's eight, the jobs no live worker serves (two), and the lifetime
+    # totals.
+    with django_assert_num_queries(11):
         scrape = read_scrape(timezone.now())
 
     assert len(scrape.snapshot.queues) == 5
