@@ -9,8 +9,11 @@ is for: the worker gives the entry up as timed out and exits to be replaced.
 Who ends a watched run is decided by one atomic step, a ``dict.pop`` of the run's key: the
 processing thread pops it when the job returns or raises (``settle``), the watchdog when it
 gives a stuck run up (``_abandon``). The exception itself is only ever pending while the job
-runs or while its thread settles; ``settle`` waits for a raise in flight and clears one not yet
-delivered, so no ``JobTimeout`` can reach the worker's own code after it.
+runs or while its thread settles: ``settle`` waits for a raise in flight and, if it was not
+delivered yet, takes it there, so no ``JobTimeout`` can reach the worker's own code after it.
+A pending exception is never cleared with ``PyThreadState_SetAsyncExc(id, NULL)``: on CPython
+3.11 that leaves the interpreter's "asynchronous exception pending" signal set for good, and
+every thread then stalls in the evaluation loop's pending-work handler.
 """
 
 from __future__ import annotations
@@ -29,13 +32,31 @@ from django_iq.exceptions import JobTimeout
 
 logger = logging.getLogger(__name__)
 
-# No argtypes: a None argument then passes NULL, which clears the pending exception.
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+_set_async_exc.restype = ctypes.c_int
+
+# Threads in which a raised JobTimeout has been delivered (turned into an exception object)
+# since their run was armed.
+_delivered: set[int] = set()
+# How long a thread settling a fired run waits for the exception to be delivered to it.
+DELIVERY_WAIT_SECONDS = 5.0
 
 
-def _raise_in(thread_id: int, exc_type: type[BaseException] | None) -> None:
-    """Make ``exc_type`` pending in the thread (None: clear what is pending there)."""
-    _set_async_exc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None)
+class RaisedTimeout(JobTimeout):
+    """The ``JobTimeout`` the watchdog raises in a thread. CPython creates the exception object
+    in the receiving thread, as the first handler (``except`` or ``finally``) takes it, so
+    ``__init__`` says it was delivered there."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        _delivered.add(threading.get_ident())
+
+
+def _raise_in(thread_id: int) -> None:
+    """Make ``RaisedTimeout`` pending in the thread (again: a second call replaces the first,
+    and signals the interpreter anew)."""
+    _set_async_exc(thread_id, RaisedTimeout)
 
 
 @dataclass(eq=False)
@@ -94,6 +115,7 @@ class Watchdog:
     def arm(self, watch: Watch) -> None:
         """Start watching ``watch`` in the calling (processing) thread, from now."""
         watch.thread_id = threading.get_ident()
+        _delivered.discard(watch.thread_id)
         watch.deadline = time.monotonic() + watch.seconds
         watch.key = next(self._keys)
         self._running[watch.key] = watch
@@ -109,8 +131,8 @@ class Watchdog:
         self._running.pop(watch.key, None)
         while watch.firing or watch.abandoning:
             time.sleep(0.0005)
-        if watch.fired:
-            _raise_in(watch.thread_id, None)  # not delivered yet: it never will be
+        if watch.fired and watch.thread_id not in _delivered:
+            _take_pending(watch)
         return watch.abandoned
 
     def _loop(self) -> None:
@@ -137,7 +159,7 @@ class Watchdog:
         if watch.interrupt:
             watch.firing = True
             if watch.key in self._running:
-                _raise_in(watch.thread_id, JobTimeout)
+                _raise_in(watch.thread_id)
                 watch.fired = True
             watch.firing = False
             logger.warning(
@@ -153,8 +175,21 @@ class Watchdog:
     def _abandon(self, watch: Watch) -> bool:
         """Take the run from its thread if it has not returned yet; True if taken."""
         watch.abandoning = True
-        if watch.fired:
-            _raise_in(watch.thread_id, None)  # arriving now would be in the worker's own code
         watch.abandoned = self._running.pop(watch.key, None) is not None
         watch.abandoning = False
         return watch.abandoned
+
+
+def _take_pending(watch: Watch) -> None:
+    """In the watch's own thread, with its run over: let the ``JobTimeout`` raised in it but not
+    delivered yet arrive here, and swallow it. It is raised again first, since on CPython 3.11
+    another thread taking its own asynchronous exception clears the interpreter's signal for
+    all of them."""
+    _raise_in(watch.thread_id)
+    deadline = time.monotonic() + DELIVERY_WAIT_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0)  # each call returns through the check that delivers it
+    except RaisedTimeout:
+        return
+    logger.error("a raised JobTimeout was not delivered entry=%s", watch.entry.pk)

@@ -4,6 +4,7 @@ exiting with ``EXIT_STUCK`` and nothing left locked (docs/howto/timeouts.md)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -88,6 +89,17 @@ def test_a_coroutine_past_its_timeout_is_cancelled_with_job_timeout() -> None:
     assert errors(overruns_async.name) == [(1, TIMEOUT, True)]
 
 
+# On CPython 3.11 a thread running under a trace function (coverage, a debugger) stalls while
+# an exception raised into another thread waits for that thread to leave a C call: the in-process
+# runs below would measure the tracer. tests/concurrency/test_timeouts_processes.py runs the
+# same cases in worker processes of their own.
+UNDER_A_TRACER_ON_311 = pytest.mark.skipif(
+    sys.version_info < (3, 12) and sys.gettrace() is not None,
+    reason="CPython 3.11 stalls traced threads while a raised exception waits on a C call",
+)
+
+
+@UNDER_A_TRACER_ON_311
 @override_settings(DJANGO_IQ={"TIMEOUT_GRACE_SECONDS": 0.5})
 def test_a_job_blocked_in_c_is_given_up_after_the_grace_period_and_its_worker_exits() -> None:
     entry = blocks_in_c.using(max_attempts=1).enqueue("blocked", 4)
@@ -107,12 +119,14 @@ def test_a_job_blocked_in_c_is_given_up_after_the_grace_period_and_its_worker_ex
     assert not GroupLock.objects.exists(), "nothing is left locked"
     assert not Entry.objects.exists()
     assert JobRun.objects.filter(token="bystander").exists()
-    # The blocked thread wakes later: it writes nothing more for the entry it was given up on.
+    # The blocked thread wakes later: the JobTimeout reaches the job as its C call returns, and
+    # the worker writes nothing more for the entry it gave up.
     time.sleep(4)
     assert EntryError.objects.count() == 1
-    assert RecordedRun.objects.get(token="blocked").finished_at is not None
+    assert RecordedRun.objects.get(token="blocked").finished_at is None
 
 
+@UNDER_A_TRACER_ON_311
 def test_a_stuck_claims_other_entries_go_back_for_another_worker() -> None:
     with override_settings(DJANGO_IQ={"TIMEOUT_GRACE_SECONDS": 0.3}):
         stuck = blocks_in_c.using(group_key="g", max_attempts=1).enqueue("first", 2)
