@@ -29,6 +29,7 @@ class AppModels:
         LeaderLease: type[models.LeaderLease]
         DisabledJob: type[models.DisabledJob]
         JobLimit: type[models.JobLimit]
+        EntryDependency: type[models.EntryDependency]
         JobStart: type[models.JobStart]
         Result: type[models.Result]
         QueueMinute: type[models.QueueMinute]

@@ -104,3 +104,9 @@ class JobTimeout(BaseException):
     ``using(timeout=...)``, ``DEFAULT_TIMEOUT_SECONDS``); the attempt fails with it and is
     retried per the job's policy. A ``BaseException``, like ``asyncio.CancelledError``, so that
     a job's ``except Exception:`` does not swallow it. See docs/howto/timeouts.md."""
+
+
+class ParentFailed(IQError):
+    """Recorded (never raised) when an entry enqueued with ``using(after=[...])`` ends because a
+    parent failed for good or was cancelled; its message names the parent. See
+    docs/howto/workflows.md."""

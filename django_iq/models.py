@@ -13,6 +13,7 @@ from django_iq.indexes import PartialIndex
 from django_iq.limits import EARLIEST_RUN_AT, LATEST_RUN_AT
 from django_iq.managers import (
     CronJobManager,
+    EntryDependencyManager,
     EntryErrorManager,
     EntryManager,
     GroupLockManager,
@@ -102,6 +103,8 @@ class Entry(models.Model):
     unique_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
     # Seconds a run may take before JobTimeout is raised in it; None: DEFAULT_TIMEOUT_SECONDS.
     timeout_seconds = models.FloatField(null=True, blank=True)
+    # Parent entries (``using(after=...)``) not ended yet; the entry is ``blocked`` until 0.
+    blockers = models.PositiveIntegerField(default=0, db_default=0)
 
     # Set on an entry that ``enqueue()`` returned instead of writing a new one (unique jobs).
     is_duplicate = False
@@ -188,6 +191,24 @@ class DisabledJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} (disabled)"
+
+
+class EntryDependency(models.Model):
+    """Entry ``child_id`` waits for entry ``parent_id`` to end (``using(after=...)``). Deleted
+    when the parent ends, in the transaction that writes the parent's outcome."""
+
+    parent_id = models.BigIntegerField(db_index=True)
+    child_id = models.BigIntegerField(db_index=True)
+    # on_parent_failure="run": the child runs even if this parent fails for good.
+    run_on_failure = models.BooleanField(default=False)
+
+    objects = EntryDependencyManager()
+
+    class Meta:
+        verbose_name_plural = "entry dependencies"
+
+    def __str__(self) -> str:
+        return f"entry {self.child_id} after entry {self.parent_id}"
 
 
 class JobLimit(models.Model):

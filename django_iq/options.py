@@ -60,7 +60,11 @@ USING_OPTIONS = (
     "unique_key",
     "unique_for",
     "timeout",
+    "after",
+    "on_parent_failure",
 )
+# What a child does when a parent (using(after=...)) fails for good: end too, or run anyway.
+PARENT_FAILURE_POLICIES = ("fail", "run")
 # Caps on running entries, and the most starts a rate limit allows per period.
 MAX_LIMIT = 100_000
 # Rate limit periods: "100/m", "5/10s", "1000/h", "10000/d"; at most a day.
@@ -129,6 +133,24 @@ def validate_timeout(timeout: Any) -> float:
             f"{MAX_BACKOFF_SECONDS:,.0f} (a year), got {timeout!r:.80}."
         )
     return float(seconds)
+
+
+def parent_ids(after: Any) -> tuple[int, ...]:
+    """``after`` (entries, or their ids) as a tuple of ids; raise ``InvalidJobOptions`` for
+    anything else, or an entry not saved."""
+    if isinstance(after, (str, bytes)) or not hasattr(after, "__iter__"):
+        raise InvalidJobOptions(
+            f"after takes a list of entries or entry ids, got {type(after).__name__} {after!r:.80}."
+        )
+    ids = []
+    for item in after:
+        pk = getattr(item, "pk", item)
+        if isinstance(pk, bool) or not isinstance(pk, int) or pk <= 0:
+            raise InvalidJobOptions(
+                f"after takes saved entries or entry ids (positive integers), got {item!r:.80}."
+            )
+        ids.append(pk)
+    return tuple(ids)
 
 
 def parse_rate_limit(rate_limit: Any) -> tuple[int, float]:
@@ -219,6 +241,9 @@ class JobOptions:
     max_concurrency_per_node: int | None = None
     # "N/period": at most N entries of the job start in any window of the period, cluster-wide.
     rate_limit: str | None = None
+    # Parent entries (or their ids) the entries wait for, and what a parent's failure does.
+    after: tuple[int, ...] | None = None
+    on_parent_failure: str = "fail"
 
     def __post_init__(self) -> None:
         for name in ("max_concurrency", "max_concurrency_per_node"):
@@ -233,6 +258,14 @@ class JobOptions:
             parse_rate_limit(self.rate_limit)
         if self.timeout is not None:
             object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        if self.after is not None:
+            object.__setattr__(self, "after", parent_ids(self.after))
+            if self.unique or self.unique_key is not None:
+                raise InvalidJobOptions("after cannot be combined with a unique key.")
+        if self.on_parent_failure not in PARENT_FAILURE_POLICIES:
+            raise InvalidJobOptions(
+                f'on_parent_failure must be "fail" or "run", got {self.on_parent_failure!r:.80}.'
+            )
         if not isinstance(self.unique, bool):
             raise InvalidJobOptions(f"unique must be True or False, got {self.unique!r:.80}.")
         if self.unique_for is not None:

@@ -684,9 +684,24 @@ WITH le AS (
 ), de AS (
     DELETE FROM {entry_table} e USING le WHERE e.{entry_id} = le.{entry_id}
     RETURNING e.{entry_id}{returned_key}
-){windows}, ll AS (
+){windows}, dd AS (
+    DELETE FROM {dep_table} d USING de WHERE d.{dep_parent} = de.{entry_id}
+    RETURNING d.{dep_child}
+), rc AS (
+    UPDATE {entry_table} c SET {blockers} = c.{blockers} - n.n,
+        {state} = CASE WHEN c.{state} = 'blocked' AND c.{blockers} - n.n <= 0
+            THEN CASE WHEN c.{run_at} > STATEMENT_TIMESTAMP() THEN 'initial' ELSE 'pending' END
+            ELSE c.{state} END
+    FROM (SELECT {dep_child} AS child, COUNT(*) AS n FROM dd GROUP BY {dep_child}) n
+    WHERE c.{entry_id} = n.child
+    RETURNING c.{queue}, c.{state}
+), rn AS (
+    SELECT pg_notify('{channel}', q) FROM (SELECT DISTINCT {queue} AS q FROM rc
+    WHERE {state} = 'pending') AS ready
+), ll AS (
     SELECT {lock_id} FROM {lock_table}
     WHERE {lock_id} = ANY(%(locks)s) AND (SELECT COUNT(*) FROM {before_locks}) >= 0
+      AND (SELECT COUNT(*) FROM rn) >= 0
     ORDER BY {lock_id} FOR UPDATE
 ), dl AS (
     DELETE FROM {lock_table} g USING ll WHERE g.{lock_id} = ll.{lock_id} RETURNING g.{lock_id}
@@ -800,9 +815,19 @@ def _complete_sql(connection: Any, with_results: bool, with_windows: bool) -> st
                 unique_key=unique_key,
                 **columns(connection, iq.UniqueKey),
             )
+        entry = columns(connection, iq.Entry)
+        dependency = columns(connection, iq.EntryDependency)
         sql = COMPLETE_POSTGRESQL.format(
             entry_table=quote(str(iq.Entry._meta.db_table)),
             entry_id=quote(str(iq.Entry._meta.pk.column)),
+            dep_table=quote(str(iq.EntryDependency._meta.db_table)),
+            dep_parent=dependency["parent_id"],
+            dep_child=dependency["child_id"],
+            blockers=entry["blockers"],
+            state=entry["state"],
+            run_at=entry["run_at"],
+            queue=entry["queue"],
+            channel=NOTIFY_CHANNEL,
             returned_key=f", e.{unique_key}" if with_windows else "",
             windows=windows,
             before_locks="uk" if with_windows else "de",

@@ -16,6 +16,8 @@ class EntryState(models.TextChoices):
     INITIAL = "initial", "initial"
     PENDING = "pending", "pending"
     DISABLED = "disabled", "disabled"
+    # Waiting for parent entries (``using(after=...)``): claimable once every one has ended.
+    BLOCKED = "blocked", "blocked"
 
 
 # Entries that will run unless something changes: deferred or ready.
@@ -32,6 +34,7 @@ STATE_LABELS = {
     EntryState.INITIAL.value: "initial",
     EntryState.PENDING.value: "pending",
     EntryState.DISABLED.value: "disabled",
+    EntryState.BLOCKED.value: "blocked",
     COMPUTING: "computing",
     AWAITING_COMPUTE: "awaiting compute",
     FAILED: "failed",

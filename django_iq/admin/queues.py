@@ -83,6 +83,7 @@ class QueueAdmin(admin.ModelAdmin):
         "initial_count",
         "pending_count",
         "disabled_count",
+        "blocked_count",
         "computing_count",
         "awaiting_compute_count",
         "failed_count",
@@ -97,6 +98,7 @@ class QueueAdmin(admin.ModelAdmin):
     initial_count = _count_column(EntryState.INITIAL)
     pending_count = _count_column(EntryState.PENDING)
     disabled_count = _count_column(EntryState.DISABLED)
+    blocked_count = _count_column(EntryState.BLOCKED)
     computing_count = _count_column(COMPUTING)
     awaiting_compute_count = _count_column(AWAITING_COMPUTE)
     failed_count = _count_column(FAILED)

@@ -148,7 +148,8 @@ ENTRY_FILTERS: tuple[Param, ...] = (
     Param(
         "state",
         {"type": "string", "enum": list(ENTRY_STATES)},
-        "Only entries in this state. initial, pending and disabled are stored; computing "
+        "Only entries in this state. initial, pending, disabled and blocked (waiting for "
+        "parent entries) are stored; computing "
         "(pending, its group lock held by a worker) and awaiting_compute (pending, not locked) "
         "are inferred.",
         "one of " + ", ".join(ENTRY_STATES),

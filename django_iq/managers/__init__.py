@@ -3,6 +3,7 @@ the lease, cron jobs, task results and unique keys), one module per model family
 
 from django_iq.managers.audit import OperatorActionManager
 from django_iq.managers.cron import CronJobManager
+from django_iq.managers.dependencies import EntryDependencyManager
 from django_iq.managers.entries import ENQUEUE_BATCH_SIZE, Claim, EntryManager, EntryQuerySet
 from django_iq.managers.errors import EntryErrorManager, EntryErrorQuerySet
 from django_iq.managers.leadership import LEASE_NAME, LeaderLeaseManager
@@ -20,6 +21,7 @@ __all__ = [
     "LEASE_NAME",
     "Claim",
     "CronJobManager",
+    "EntryDependencyManager",
     "EntryErrorManager",
     "EntryErrorQuerySet",
     "EntryManager",

@@ -19,7 +19,8 @@ from django_iq.dbconn import reachable
 from django_iq.exceptions import InvalidJobArguments, QueueNotFound
 from django_iq.limits import resolve_run_at
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
-from django_iq.managers.outcomes import EntryOutcomeManager
+from django_iq.managers.dependencies import PARENT_FAILED
+from django_iq.managers.outcomes import EntryOutcomeManager, Failure
 from django_iq.options import JobCatalog, JobLimits, JobOptions
 from django_iq.queries import (
     COPY_ENQUEUE_MIN_ROWS,
@@ -232,7 +233,9 @@ class EntryManager(EntryOutcomeManager):
                     signals.send(signals.entry_enqueued, self.model, entry=entry)
             return entries
         with reachable(db, "nothing was enqueued"):
-            if supports_single_statement_enqueue(db):
+            if options.after is not None:
+                self._insert_after(db, job_name, options, entries, results, jobs)
+            elif supports_single_statement_enqueue(db):
                 self._insert_in_statements(db, job_name, options.queue_name, entries, results, jobs)
             else:
                 self._insert_with_orm(db, job_name, options.queue_name, entries, results, jobs)
@@ -391,6 +394,44 @@ class EntryManager(EntryOutcomeManager):
         if connections[db].vendor != "mysql" or not connections[db].in_atomic_block:
             return rows.first()
         return rows.select_for_update().first()
+
+    def _insert_after(
+        self,
+        db: str,
+        job_name: str,
+        options: JobOptions,
+        entries: list[Entry],
+        results: Sequence[Result],
+        jobs: JobCatalog | None,
+    ) -> None:
+        """Insert ``entries`` waiting for their parents (``options.after``), with the edges, in
+        one transaction. A parent that had already failed for good ends them at once as final
+        ``ParentFailed`` failures, unless ``on_parent_failure="run"``."""
+        run_anyway = options.on_parent_failure == "run"
+
+        def write() -> None:
+            failed = iq.EntryDependency.objects.attach(
+                db,
+                entries,
+                options.after or (),
+                run_anyway,
+                lambda: self._insert_with_orm(
+                    db, job_name, options.queue_name, entries, results, jobs
+                ),
+            )
+            if failed and not run_anyway:
+                now = timezone.now()
+                failure = Failure(
+                    exception_class=PARENT_FAILED,
+                    message=f"Parent entry {failed[0]} had failed for good before this entry "
+                    "was enqueued with using(after=...).",
+                    final=True,
+                )
+                for entry in entries:
+                    self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
+
+        with transaction.atomic(using=db):
+            write()
 
     def _insert_with_orm(
         self,
@@ -586,6 +627,9 @@ class EntryManager(EntryOutcomeManager):
             cancelled = [entry for entry in rows if entry.lock_key not in held]
             if cancelled:
                 self._on(db).filter(pk__in=[entry.pk for entry in cancelled]).delete()
+                iq.EntryDependency.objects.parents_ended(
+                    db, [entry.pk for entry in cancelled], failure="was cancelled"
+                )
                 result_ids = [e.result_id for e in cancelled if e.result_id is not None]
                 if result_ids:
                     iq.Result.objects.db_manager(db).record_cancelled(result_ids, timezone.now())
@@ -635,6 +679,9 @@ class EntryManager(EntryOutcomeManager):
             iq.DisabledJob.objects.using(db).filter(job_name=job_name).delete()
             ids = lock_in_order(self._on(db).filter(job_name=job_name, state=EntryState.DISABLED))
             rows = self._on(db).filter(pk__in=ids)
+            # Entries still waiting for parents (using(after=...)) go back to waiting for them.
+            rows.filter(blockers__gt=0).update(state=EntryState.BLOCKED)
+            rows = rows.filter(blockers=0)
             deferred = rows.filter(run_at__gt=now).update(state=EntryState.INITIAL)
             ready = rows.filter(run_at__lte=now)
             pending = ready.update(state=EntryState.PENDING)

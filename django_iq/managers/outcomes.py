@@ -149,6 +149,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                 iq.UniqueKey.objects.db_manager(db).start_windows(
                     s.entry.unique_key for s in done if s.entry.pk in deleted
                 )
+                iq.EntryDependency.objects.parents_ended(db, sorted(deleted), now=now)
             iq.Result.objects.db_manager(db).record_successes(
                 [
                     (str(s.entry.result_id), s.return_value, s.at or now)
@@ -321,6 +322,13 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         if final:
             if rows.delete()[0] and entry.unique_key:
                 iq.UniqueKey.objects.db_manager(using).start_windows([entry.unique_key])
+            iq.EntryDependency.objects.parents_ended(
+                using,
+                [entry.pk],
+                failure=f"failed for good ({failure.exception_class.rsplit('.', 1)[-1]})",
+                now=now,
+                jobs=jobs,
+            )
             if entry.cron_job_id is not None:
                 self._after_cron_run(entry, now, jobs)
             return error

@@ -29,6 +29,7 @@ class QueueStats:
     initial: int
     pending: int
     disabled: int
+    blocked: int
     computing: int
     awaiting_compute: int
     failed: int
@@ -152,6 +153,7 @@ class QueueManager(models.Manager["Queue"]):
                     initial=row.get(EntryState.INITIAL, 0),
                     pending=pending,
                     disabled=row.get(EntryState.DISABLED, 0),
+                    blocked=row.get(EntryState.BLOCKED, 0),
                     computing=running,
                     awaiting_compute=pending - running,
                     failed=failed.get(queue.name, 0),

@@ -587,6 +587,7 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
             "initial": 1,
             "pending": 3,
             "disabled": 1,
+            "blocked": 0,
             "computing": 1,
             "awaiting_compute": 2,
             "failed": 1,
@@ -600,7 +601,16 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
         "max_concurrency": None,
         "is_paused": True,
         "counts": dict.fromkeys(
-            ("initial", "pending", "disabled", "computing", "awaiting_compute", "failed"), 0
+            (
+                "initial",
+                "pending",
+                "disabled",
+                "blocked",
+                "computing",
+                "awaiting_compute",
+                "failed",
+            ),
+            0,
         ),
         "invariant_holds": True,
         "oldest_waiting_enqueued_at": None,

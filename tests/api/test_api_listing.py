@@ -127,7 +127,7 @@ def test_a_listed_entry_has_its_summary_without_lock_or_attempts(
             {"state": "running"},
             "state",
             "Invalid value 'running' for 'state': expected one of initial, pending, disabled, "
-            "computing, awaiting_compute.",
+            "blocked, computing, awaiting_compute.",
         ),
         ({"state": "failed"}, "state", "list them with /errors/?final=true&requeued=false"),
         (

@@ -88,6 +88,7 @@ def test_status_json_counts_every_state_per_queue_as_the_database_does() -> None
         "initial": 1,
         "pending": 3,
         "disabled": 1,
+        "blocked": 0,
         "computing": 1,
         "awaiting_compute": 2,
         "failed": 2,
@@ -189,6 +190,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "INITIAL",
         "PENDING",
         "DISABLED",
+        "BLOCKED",
         "COMPUTING",
         "AWAITING_COMPUTE",
         "FAILED",
@@ -202,6 +204,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "1",
         "3",
         "1",
+        "0",
         "1",
         "2",
         "2",
@@ -215,12 +218,13 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "1",
         "0",
         "0",
+        "0",
         "1",
         "1",
         "3d00h",
         "ok",
     ]
-    assert lines[header + 3].split() == ["(total)", "1", "4", "1", "1", "3", "3", "ok"]
+    assert lines[header + 3].split() == ["(total)", "1", "4", "1", "0", "1", "3", "3", "ok"]
     # Numbers are right-aligned: every row ends its PENDING column at the same place.
     end = lines[header].index("PENDING") + len("PENDING")
     assert {lines[header + i][end - 1] for i in range(1, 4)} == {"3", "1", "4"}
@@ -259,7 +263,8 @@ def test_status_queues_option_keeps_those_queues_and_the_workers_serving_them() 
 
     assert [q["name"] for q in document["queues"]] == ["emails", "reports"]
     assert document["queues"][1]["counts"] == dict.fromkeys(
-        ["initial", "pending", "disabled", "computing", "awaiting_compute", "failed"], 0
+        ["initial", "pending", "disabled", "blocked", "computing", "awaiting_compute", "failed"],
+        0,
     ), "a declared queue without a row yet shows zeros"
     names = [w["name"] for w in document["workers"]]
     assert sorted(names) == ["mailer:1", "reporter:1", "web1:10", "web2:11"]

@@ -196,6 +196,7 @@ def test_counts_per_state_and_invariant_are_shown_per_queue(operator_client: Cli
         "state=initial": "1",
         "state=pending": "3",
         "state=disabled": "1",
+        "state=blocked": "0",
         "state=computing": "1",
         "state=awaiting_compute": "2",
         "state=failed": "0",
@@ -220,6 +221,7 @@ def test_dashboard_data_reads_the_same_counts_as_queue_stats() -> None:
         "initial": 1,
         "pending": 4,
         "disabled": 0,
+        "blocked": 0,
         "computing": 1,
         "awaiting_compute": 3,
         "failed": 0,
@@ -233,7 +235,7 @@ def test_a_broken_invariant_is_shown_as_broken(
 ) -> None:
     # stats() counts every state in one statement, so the database cannot be brought into a
     # broken state; the rendering of one is checked with stats that say so.
-    broken = QueueStats("default", False, 0, 3, 0, 1, 1, 0)
+    broken = QueueStats("default", False, 0, 3, 0, 0, 1, 1, 0)
     monkeypatch.setattr(Queue.objects, "stats", lambda names=None: [broken])
 
     html = operator_client.get(URL).content.decode()

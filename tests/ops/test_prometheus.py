@@ -88,7 +88,7 @@ def test_job_counters_and_duration_histogram_match_the_jobs_a_worker_ran(
 
 
 @pytest.mark.django_db
-def test_queue_entries_gauge_has_all_six_states_per_queue(staff_client: Client) -> None:
+def test_queue_entries_gauge_has_all_seven_states_per_queue(staff_client: Client) -> None:
     EntryFactory.create_batch(2)
     EntryFactory(locked=True)
     EntryFactory(deferred=True)
@@ -104,6 +104,7 @@ def test_queue_entries_gauge_has_all_six_states_per_queue(staff_client: Client) 
             "initial",
             "pending",
             "disabled",
+            "blocked",
             "computing",
             "awaiting_compute",
             "failed",
@@ -112,6 +113,7 @@ def test_queue_entries_gauge_has_all_six_states_per_queue(staff_client: Client) 
         "initial": 1,
         "pending": 3,
         "disabled": 1,
+        "blocked": 0,
         "computing": 1,
         "awaiting_compute": 2,
         "failed": 1,
@@ -121,7 +123,7 @@ def test_queue_entries_gauge_has_all_six_states_per_queue(staff_client: Client) 
         for key in found
         if key[0] == "django_iq_queue_entries" and ("queue", "reports") in key[1]
     ]
-    assert len(reports) == 6
+    assert len(reports) == 7
     assert all(found[key] == 0 for key in reports)
 
 

@@ -211,3 +211,12 @@ def one_at_a_time(token: str, seconds: float = 0.0) -> str:
 def rate_limited(token: str, seconds: float = 0.0) -> str:
     """At most 5 starts in any second, cluster-wide."""
     return _recorded_run(token, seconds)
+
+
+@job(max_attempts=1)
+def step(token: str, seconds: float = 0.0, fail: bool = False) -> str:
+    """A workflow step: records its run (start, end); with ``fail``, fails for good after."""
+    _recorded_run(token, seconds)
+    if fail:
+        raise ValueError(f"step {token} failed")
+    return token
