@@ -9,6 +9,7 @@ never cached, so that a cache in front of the site cannot hide a failure or a re
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_not_required
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
@@ -17,7 +18,9 @@ from django_iq.snapshot import read_snapshot
 
 
 # Exempt from LoginRequiredMiddleware: uptime checks and load balancers have no session.
+# Outside ATOMIC_REQUESTS' transaction, so that the reads get a snapshot of their own.
 @login_not_required
+@transaction.non_atomic_requests
 @require_safe
 def health_view(request: HttpRequest) -> HttpResponse:
     """Answer ``{"status": "ok"}`` (200), or ``{"status": "failing", "reasons": [...]}`` (503)
