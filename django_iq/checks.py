@@ -16,10 +16,11 @@ from django_iq.models import Entry
 from django_iq.registry import get_job
 from django_iq.schedule import validate_schedule
 
-QUEUE_OPTIONS = ("weight", "max_concurrency", "is_paused")
+QUEUE_OPTIONS = ("weight", "max_concurrency", "is_paused", "alert_waiting_seconds")
 QUEUE_OPTION_HINTS = {
     "weight": "The default is 1; a queue of weight 2 gets twice the share of a queue of weight 1.",
     "max_concurrency": "Use None (the default) for no limit.",
+    "alert_waiting_seconds": "Use None (the default) for ALERT_WAITING_SECONDS.",
 }
 
 
@@ -154,8 +155,8 @@ def _check_queues(queues: dict[str, Any]) -> list[CheckMessage]:
                         id="django_iq.E009",
                     )
                 )
-            elif option in ("weight", "max_concurrency") and not (
-                (value is None and option == "max_concurrency")
+            elif option in ("weight", "max_concurrency", "alert_waiting_seconds") and not (
+                (value is None and option != "weight")
                 or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
             ):
                 errors.append(

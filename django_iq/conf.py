@@ -30,7 +30,8 @@ class Setting:
 
 # Each key with its type, default and unit (the unit is in the name). See docs/reference/settings.md.
 SETTINGS: dict[str, Setting] = {
-    # Queues created on first use, as {"name": {"weight": 1, "max_concurrency": None}}.
+    # Queues created on first use, as
+    # {"name": {"weight": 1, "max_concurrency": None, "alert_waiting_seconds": None}}.
     "QUEUES": Setting({}, (dict,)),
     "DEFAULT_QUEUE": Setting("default", (str,)),
     "DEFAULT_PRIORITY": Setting(0, (int,), MIN_PRIORITY, MAX_PRIORITY),
@@ -99,6 +100,9 @@ SETTINGS: dict[str, Setting] = {
     "METRICS_RETENTION_SECONDS": Setting(86_400.0, (int, float), 3600),
     "AUDIT_RETENTION_SECONDS": Setting(90 * 86_400.0, (int, float), 86_400),
     # -- operations --------------------------------------------------------------------------
+    # A queue raises an alarm when entries have awaited compute this long and no live worker
+    # serves it, or nothing started in it for as long (per queue: alert_waiting_seconds).
+    "ALERT_WAITING_SECONDS": Setting(300, (int,), 1, 365 * 86_400, env=True),
     # Bearer token letting Prometheus scrape the metrics endpoint without a session; None: staff only.
     "METRICS_TOKEN": Setting(None, (str, type(None))),
 }

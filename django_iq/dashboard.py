@@ -17,6 +17,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_safe
 
 from django_iq import charts
+from django_iq.alarms import Alarm
 from django_iq.managers.limits import JobUsage
 from django_iq.managers.metrics import minute_of
 from django_iq.models import JobLimit, QueueMinute
@@ -73,6 +74,11 @@ class QueueRow:
     def cells(self) -> list[tuple[str, int]]:
         """(state, count) in ``COUNTED_STATES`` order, for the state columns."""
         return list(self.view.counts.items())
+
+    @property
+    def broken_counts(self) -> list[tuple[str, int]]:
+        """(name, count) of the corruption counts that are not zero."""
+        return list(self.view.stats.broken_counts.items())
 
 
 @dataclass(frozen=True)
@@ -132,11 +138,24 @@ class DashboardData:
     @property
     def state_columns(self) -> list[tuple[str, str]]:
         """(state, label) of each count column."""
-        return [(state, STATE_LABELS[state]) for state in COUNTED_STATES]
+        return [(state, STATE_LABELS.get(state, state)) for state in COUNTED_STATES]
 
     @property
     def invariant_holds(self) -> bool:
         return self.snapshot.invariant_holds
+
+    @property
+    def leader_live(self) -> bool:
+        return self.snapshot.leader_live
+
+    @property
+    def alarms(self) -> list[Alarm]:
+        return self.snapshot.alarms
+
+    @property
+    def problems(self) -> list[Alarm]:
+        """The alarms, then the queues whose counts contradict each other."""
+        return self.snapshot.problems
 
     @property
     def totals(self) -> dict[str, int]:
@@ -206,8 +225,8 @@ class DashboardData:
 
 def dashboard_data(now: datetime) -> DashboardData:
     """Read the dashboard's numbers at ``now`` in a fixed number of queries, whatever the
-    number of queues, entries or finished jobs: the operator snapshot's ten (jobs no live worker
-    serves included), one for the per-minute counts, and one to four for the jobs' limits."""
+    number of queues, entries or finished jobs: the operator snapshot's thirteen (jobs no live
+    worker serves included), one for the per-minute counts, and one to four for the jobs' limits."""
     snapshot = read_snapshot(now, worker_limit=WORKER_LIMIT, unserved_jobs=True)
     start = minute_of(now) - timedelta(minutes=CHART_MINUTES - 1)
     counts = QueueMinute.objects.per_minute(start)

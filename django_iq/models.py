@@ -42,6 +42,13 @@ class Queue(models.Model):
     max_concurrency = models.PositiveIntegerField(
         null=True, blank=True, help_text="Most entries of this queue running at once, cluster-wide."
     )
+    alert_waiting_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Raise an alarm when entries of this queue have waited this many seconds and "
+        "no live worker serves it or nothing started in it for as long. Empty: "
+        "ALERT_WAITING_SECONDS.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = QueueManager()
@@ -54,6 +61,10 @@ class Queue(models.Model):
             models.CheckConstraint(
                 condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gte=1),
                 name="iq_queue_concurrency_min",
+            ),
+            models.CheckConstraint(
+                condition=Q(alert_waiting_seconds__isnull=True) | Q(alert_waiting_seconds__gte=1),
+                name="iq_queue_alert_min",
             ),
         ]
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
+from django_iq.alarms import NO_LEADER, QUEUE_REASONS
 from django_iq.conf import iq_settings
 from django_iq.managers.metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
 from django_iq.models import QueueTotal, Worker
@@ -39,8 +40,8 @@ class Scrape:
 
 
 def read_scrape(now: datetime) -> Scrape:
-    """Read every metric at ``now`` in a fixed number of queries (the snapshot's ten, jobs no
-    live worker serves included, and one for the totals), whatever the number of queues,
+    """Read every metric at ``now`` in a fixed number of queries (the snapshot's thirteen, jobs
+    no live worker serves included, and one for the totals), whatever the number of queues,
     entries or workers."""
     return Scrape(
         snapshot=read_snapshot(now, unserved_jobs=True), totals=QueueTotal.objects.by_queue()
@@ -84,11 +85,50 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
         "Age of the oldest entry awaiting compute (ready, not running) per queue; 0 when none.",
         labels=["queue"],
     )
+    dead_locked = GaugeMetricFamily(
+        "django_iq_locked_by_dead_workers",
+        "Pending entries whose group lock's worker is not live (stopped, dead, silent or gone): "
+        "the invariant is broken while this is above 0. Recovery releases them.",
+        labels=["queue"],
+    )
+    orphan_locks = GaugeMetricFamily(
+        "django_iq_locks_without_entries",
+        "Group locks no entry has as its lock key; 0 in a healthy queue.",
+        labels=["queue"],
+    )
+    invariant = GaugeMetricFamily(
+        "django_iq_invariant_holds",
+        "1 when pending = computing + awaiting_compute and no lock lacks its entry, else 0.",
+        labels=["queue"],
+    )
+    alarm = GaugeMetricFamily(
+        "django_iq_alarm",
+        "1 while an alarm is raised, else 0: per queue (no_live_worker, nothing_started: an "
+        "entry awaited compute past the queue's threshold) and for the cluster (no_leader, "
+        'with queue="").',
+        labels=["queue", "reason"],
+    )
+    raised = {(a.queue or "", a.reason) for a in scrape.snapshot.alarms}
     for queue in scrape.snapshot.queues:
         for state, count in queue.counts.items():
             entries.add_metric([queue.name, state], count)
         oldest.add_metric([queue.name], queue.oldest_waiting_seconds or 0.0)
+        dead_locked.add_metric([queue.name], queue.stats.locked_by_dead_workers)
+        orphan_locks.add_metric([queue.name], queue.stats.locks_without_entries)
+        invariant.add_metric([queue.name], 1 if queue.stats.is_consistent else 0)
+        for reason in QUEUE_REASONS:
+            alarm.add_metric([queue.name, reason], 1 if (queue.name, reason) in raised else 0)
+    alarm.add_metric(["", NO_LEADER], 1 if ("", NO_LEADER) in raised else 0)
     yield entries
+    yield dead_locked
+    yield orphan_locks
+    yield invariant
+    yield alarm
+    yield GaugeMetricFamily(
+        "django_iq_leader_live",
+        "1 while a leader holds an unexpired lease, else 0.",
+        value=1 if scrape.snapshot.leader_live else 0,
+    )
 
     done = CounterMetricFamily(
         "django_iq_jobs_done", "Jobs that succeeded, per queue.", labels=["queue"]

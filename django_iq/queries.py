@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections
 from django.db.models import DateTimeField, ExpressionWrapper
@@ -14,6 +16,8 @@ from django.db.models.functions import Now
 
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
+
+T = TypeVar("T")
 
 
 def db_now_plus(seconds: float) -> Any:
@@ -47,7 +51,7 @@ def columns(connection: Any, model: Any) -> dict[str, str]:
     return {f.name: str(quote(str(f.column))) for f in model._meta.concrete_fields}
 
 
-def _template(templates: dict[str, str], vendor: str, what: str) -> str:
+def _template(templates: Mapping[str, T], vendor: str, what: str) -> T:
     try:
         return templates[vendor]
     except KeyError:
@@ -390,6 +394,58 @@ def _set_session_timeout(using: str, templates: dict[str, str], seconds: float) 
     with connection.cursor() as cursor:
         cursor.execute(sql)
     return True
+
+
+# Open a read-only transaction whose reads all see one snapshot of committed data, so that counts
+# read by several statements cannot contradict each other (a claim committed between two of them
+# would otherwise be seen by one and not the other). PostgreSQL: REPEATABLE READ takes the
+# snapshot at the first read. MariaDB/MySQL: SET TRANSACTION only applies to the next
+# transaction and is refused inside one, so it is sent before START TRANSACTION; Django's
+# sessions run at READ COMMITTED, where WITH CONSISTENT SNAPSHOT would be ignored. SQLite: a
+# deferred read transaction in WAL mode reads one snapshot and, unlike the IMMEDIATE mode a
+# project may configure for atomic(), takes no write lock, so workers keep writing meanwhile.
+_SNAPSHOT_BEGIN_BY_VENDOR = {
+    "postgresql": ("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",),
+    "mysql": (
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+    ),
+    "sqlite": ("BEGIN DEFERRED",),
+}
+# The aliases whose connection (one per thread) is inside ``snapshot_reads`` now.
+_in_snapshot = threading.local()
+
+
+@contextmanager
+def snapshot_reads(using: str) -> Iterator[None]:
+    """Run the reads of the ``with`` block in one read-only transaction that sees one snapshot.
+
+    Inside a transaction of the caller's (``atomic()``, or an enclosing ``snapshot_reads``) the
+    block runs in it, and its isolation decides what is seen. The transaction is opened and
+    closed with plain statements, not ``atomic()``, which cannot set an isolation level and on
+    SQLite would take the write lock when the project configures ``"transaction_mode":
+    "IMMEDIATE"``; nothing in the block may write or open ``atomic()``.
+    """
+    connection = connections[using]
+    active: set[str] = getattr(_in_snapshot, "aliases", set())
+    if connection.in_atomic_block or not connection.get_autocommit() or using in active:
+        yield
+        return
+    statements = _template(_SNAPSHOT_BEGIN_BY_VENDOR, connection.vendor, "read a snapshot")
+    with connection.cursor() as cursor:
+        for sql in statements:
+            cursor.execute(sql)
+    _in_snapshot.aliases = active | {using}
+    try:
+        yield
+    except BaseException:
+        _in_snapshot.aliases = active
+        with connection.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+        raise
+    _in_snapshot.aliases = active
+    with connection.cursor() as cursor:
+        cursor.execute("COMMIT")
 
 
 # The planner's estimate of a table's rows (pg_class.reltuples, kept up to date by VACUUM and

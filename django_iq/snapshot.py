@@ -1,5 +1,6 @@
-"""The operator's read model: one snapshot of queues, workers and the leader, read in a fixed
-number of queries, that ``iq_status``, the dashboard, Prometheus, the API and the admin render.
+"""The operator's read model: one snapshot of queues, workers, the leader and the alarms, read
+in a fixed number of queries in one database snapshot, that ``iq_status``, the dashboard,
+Prometheus, the API, the admin and the health endpoint render.
 
 States are spelled once, as ``states.COUNTED_STATES`` names them (``awaiting_compute``), with
 ``states.STATE_LABELS`` for people; no renderer spells them its own way.
@@ -9,15 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import router
 from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.utils import timezone
 
+from django_iq.alarms import INVARIANT_BROKEN, NO_LEADER, Alarm, QueueActivity, queue_alarm, served
+from django_iq.conf import iq_settings
 from django_iq.managers import QueueStats
-from django_iq.models import Entry, LeaderLease, Queue, Worker
-from django_iq.states import COUNTED_STATES
+from django_iq.managers.metrics import MINUTE_SECONDS, minute_of
+from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, Worker
+from django_iq.queries import snapshot_reads
+from django_iq.states import COUNTED_STATES, EntryState
 
 # Worker rows listed, live ones first; stopped rows are kept for WORKER_RETENTION_SECONDS.
 WORKER_LIMIT = 100
@@ -35,6 +41,10 @@ class QueueView:
     stats: QueueStats
     oldest_waiting_at: datetime | None
     oldest_waiting_seconds: float | None
+    # The queue's alarm threshold: its own, else ALERT_WAITING_SECONDS.
+    alert_waiting_seconds: int = 300
+    # The queue's alarm about waiting work, if it raises one.
+    alarm: Alarm | None = None
 
     @property
     def name(self) -> str:
@@ -42,16 +52,20 @@ class QueueView:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {state: getattr(self.stats, state) for state in COUNTED_STATES}
+        return {state: self.stats.count(state) for state in COUNTED_STATES}
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.stats.queue,
             "is_paused": self.stats.is_paused,
             "counts": self.counts,
-            "invariant_holds": self.stats.invariant_holds,
+            "invariant_holds": self.stats.is_consistent,
+            "locked_by_dead_workers": self.stats.locked_by_dead_workers,
+            "locks_without_entries": self.stats.locks_without_entries,
             "oldest_waiting_enqueued_at": self.oldest_waiting_at,
             "oldest_waiting_seconds": self.oldest_waiting_seconds,
+            "alert_waiting_seconds": self.alert_waiting_seconds,
+            "alarm": self.alarm.as_dict() if self.alarm is not None else None,
         }
 
 
@@ -172,7 +186,34 @@ class Snapshot:
 
     @property
     def invariant_holds(self) -> bool:
-        return all(q.stats.invariant_holds for q in self.queues)
+        """Every queue's counts agree: the invariant holds and no lock lacks its entry."""
+        return all(q.stats.is_consistent for q in self.queues)
+
+    @property
+    def leader_live(self) -> bool:
+        """A leader holds an unexpired lease."""
+        return self.leader is not None and self.leader.is_held
+
+    @property
+    def alarms(self) -> list[Alarm]:
+        """The leader missing, then each queue's alarm about waiting work, by queue name."""
+        found = [] if self.leader_live else [Alarm(NO_LEADER)]
+        return found + [q.alarm for q in self.queues if q.alarm is not None]
+
+    @property
+    def problems(self) -> list[Alarm]:
+        """What makes the cluster unhealthy: the alarms, then each queue whose counts
+        contradict each other (``invariant_broken``, with the counts that should be zero)."""
+        broken = [
+            Alarm(INVARIANT_BROKEN, q.name, counts=q.stats.broken_counts)
+            for q in self.queues
+            if not q.stats.is_consistent
+        ]
+        return self.alarms + broken
+
+    @property
+    def is_healthy(self) -> bool:
+        return not self.problems
 
     @property
     def live_workers(self) -> list[WorkerView]:
@@ -186,6 +227,10 @@ class Snapshot:
             "queues": [q.as_dict() for q in self.queues],
             "totals": self.totals,
             "invariant_holds": self.invariant_holds,
+            "healthy": self.is_healthy,
+            "leader_live": self.leader_live,
+            "alarms": [alarm.as_dict() for alarm in self.alarms],
+            "problems": [problem.as_dict() for problem in self.problems],
             "workers": [w.as_dict() for w in self.workers],
             "leader": self.leader.as_dict() if self.leader is not None else None,
             "unserved_jobs": (
@@ -204,13 +249,16 @@ def read_snapshot(
     include_stopped: bool = True,
     unserved_jobs: bool = False,
 ) -> Snapshot:
-    """Read queue statistics, the oldest waiting entries, the workers (listed and counted) and
-    the lease at ``now``: eight queries, whatever the number of queues, entries or workers.
+    """Read queue statistics, the oldest waiting entries, the workers (listed and counted), the
+    lease and what the alarms are decided from at ``now``, in one snapshot of the database
+    (``queries.snapshot_reads``): eleven queries, whatever the number of queues, entries or
+    workers, plus the statements opening and closing the snapshot when not already inside a
+    transaction.
 
     Worker rows are listed live first, then by latest heartbeat, at most ``worker_limit`` of
-    them (None: all), without those marked stopped (cleanly or declared dead) unless
-    ``include_stopped``. Liveness
-    is decided by ``Worker.objects.live()`` in database time.
+    them (None: all; 0: none, and no query), without those marked stopped (cleanly or declared
+    dead) unless ``include_stopped``. Liveness is decided by ``Worker.objects.live()`` in
+    database time.
 
     ``queues`` restricts the queues to those names (a name with no row yet shows zeros) and the
     listed workers to those serving at least one of them (the counts stay cluster-wide).
@@ -218,26 +266,59 @@ def read_snapshot(
     ``unserved_jobs`` adds two queries: the jobs with pending entries that no live worker has
     registered, with how many wait and since when (``Snapshot.unserved_jobs``)."""
     now = now or timezone.now()
-    oldest = Entry.objects.oldest_waiting()
+    with snapshot_reads(router.db_for_read(Entry)):
+        return _read(now, queues, worker_limit, include_stopped, unserved_jobs)
+
+
+def _read(
+    now: datetime,
+    queues: Sequence[str] | None,
+    worker_limit: int | None,
+    include_stopped: bool,
+    unserved_jobs: bool,
+) -> Snapshot:
+    waiting = Entry.objects.waiting_times()
     stats_by_name = {stats.queue: stats for stats in Queue.objects.stats(queues)}
     for name in queues or ():
         stats_by_name.setdefault(name, _empty_stats(name))
-    views = [
-        QueueView(
-            stats=stats,
-            oldest_waiting_at=oldest.get(stats.queue),
-            oldest_waiting_seconds=(
-                age_seconds(now, oldest[stats.queue]) if stats.queue in oldest else None
-            ),
+    default_threshold: int = iq_settings.ALERT_WAITING_SECONDS
+    thresholds = {
+        name: stats.alert_waiting_seconds or default_threshold
+        for name, stats in stats_by_name.items()
+    }
+    live_queue_lists = Worker.objects.live_queue_lists()
+    finished = QueueMinute.objects.last_finished(
+        minute_of(now - timedelta(seconds=max(thresholds.values(), default=0) + MINUTE_SECONDS))
+    )
+    views = []
+    for name, stats in sorted(stats_by_name.items()):
+        oldest, ready = waiting.get(name, (None, None))
+        activity = QueueActivity(
+            queue=name,
+            is_paused=stats.is_paused,
+            threshold_seconds=thresholds[name],
+            waiting_since=ready,
+            is_served=served(name, live_queue_lists),
+            live_locks=stats.live_locks,
+            last_finished_minute=finished.get(name),
         )
-        for _, stats in sorted(stats_by_name.items())
-    ]
+        views.append(
+            QueueView(
+                stats=stats,
+                oldest_waiting_at=oldest,
+                oldest_waiting_seconds=age_seconds(now, oldest) if oldest is not None else None,
+                alert_waiting_seconds=thresholds[name],
+                alarm=queue_alarm(activity, now),
+            )
+        )
     listed = Worker.objects.annotate(
         is_live=Exists(Worker.objects.live().filter(pk=OuterRef("pk")))
     ).order_by("-is_live", "-heartbeat_at", "name")
     if not include_stopped:
         listed = listed.filter(stopped_at__isnull=True)
-    rows = list(listed if worker_limit is None else listed[: worker_limit + 1])
+    rows: list[Any] = []
+    if worker_limit != 0:
+        rows = list(listed if worker_limit is None else listed[: worker_limit + 1])
     limit = len(rows) if worker_limit is None else worker_limit
     workers = [
         WorkerView(
@@ -326,4 +407,11 @@ def _leader(now: datetime) -> LeaderView | None:
 
 
 def _empty_stats(name: str) -> QueueStats:
-    return QueueStats(queue=name, is_paused=False, **dict.fromkeys(COUNTED_STATES, 0))
+    return QueueStats(
+        queue=name,
+        is_paused=False,
+        stored=dict.fromkeys(EntryState.values, 0),
+        computing=0,
+        awaiting_compute=0,
+        failed=0,
+    )

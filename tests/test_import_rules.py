@@ -57,11 +57,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "operator",
         (
             "admin",
+            "alarms",
             "api",
             "apps",
             "backends",
             "checks",
             "dashboard",
+            "health",
             "management",
             "prometheus",
             "operations",

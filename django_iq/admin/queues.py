@@ -1,5 +1,5 @@
 """The Queue admin: counts per state and the oldest waiting entry per queue, pause and resume,
-weight and concurrency edits, and the route to the operations dashboard."""
+weight, concurrency and alarm threshold edits, and the route to the operations dashboard."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _count_column(state: str) -> Any:
         stats = _stats(queue)
         if stats is None:
             return None
-        count: int = getattr(stats, state)
+        count = stats.count(state)
         if not count:
             return count
         if state == FAILED:
@@ -93,7 +93,14 @@ class QueueAdmin(admin.ModelAdmin):
     list_filter = ("is_paused",)
     search_fields = ("name",)
     actions = ("pause_queues", "resume_queues")
-    fields = ("name", "weight", "max_concurrency", "is_paused", "created_at")
+    fields = (
+        "name",
+        "weight",
+        "max_concurrency",
+        "alert_waiting_seconds",
+        "is_paused",
+        "created_at",
+    )
 
     initial_count = _count_column(EntryState.INITIAL)
     pending_count = _count_column(EntryState.PENDING)
@@ -121,7 +128,7 @@ class QueueAdmin(admin.ModelAdmin):
     def formfield_for_dbfield(
         self, db_field: Field[Any, Any], request: HttpRequest, **kwargs: Any
     ) -> forms.Field | None:
-        if db_field.name in ("weight", "max_concurrency"):
+        if db_field.name in ("weight", "max_concurrency", "alert_waiting_seconds"):
             kwargs["min_value"] = 1  # the table's check constraints say so too
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
@@ -136,6 +143,8 @@ class QueueAdmin(admin.ModelAdmin):
             options["weight"] = obj.weight
         if "max_concurrency" in form.changed_data:
             options["max_concurrency"] = obj.max_concurrency
+        if "alert_waiting_seconds" in form.changed_data:
+            options["alert_waiting_seconds"] = obj.alert_waiting_seconds
         if options:
             Queue.objects.configure(obj.name, **options)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_iq.alarms import QUEUE_REASONS
 from django_iq.api.endpoint import MAX_IDS
 from django_iq.api.filters import ENTRY_STATES
 from django_iq.states import COUNTED_STATES, MAX_PRIORITY, MIN_PRIORITY, EntryState
@@ -186,11 +187,40 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "name": {"type": "string"},
             "weight": {"type": "integer", "minimum": 1},
             "max_concurrency": {"type": ["integer", "null"], "minimum": 1},
+            "alert_waiting_seconds": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The queue's alarm threshold: its own, else ALERT_WAITING_SECONDS.",
+            },
             "is_paused": {"type": "boolean"},
             "counts": closed_object({name: {"type": "integer", "minimum": 0} for name in COUNTS}),
             "invariant_holds": {
                 "type": "boolean",
-                "description": "pending == computing + awaiting_compute, read in one statement.",
+                "description": "pending == computing + awaiting_compute and no lock lacks its "
+                "entry, each state counted on its own in one snapshot of the database.",
+            },
+            "locked_by_dead_workers": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Pending entries whose group lock's worker is not live.",
+            },
+            "locks_without_entries": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Group locks of the queue that no entry has as its lock key.",
+            },
+            "alarm": {
+                "oneOf": [
+                    {"type": "null"},
+                    closed_object(
+                        {
+                            "reason": {"type": "string", "enum": list(QUEUE_REASONS)},
+                            "waiting_seconds": {"type": "number", "minimum": 0},
+                        }
+                    ),
+                ],
+                "description": "Raised when an entry awaited compute past the threshold and "
+                "no live worker serves the queue, or nothing started in it for as long.",
             },
             "oldest_waiting_enqueued_at": {
                 **NULLABLE_DATE_TIME,

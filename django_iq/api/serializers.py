@@ -92,15 +92,23 @@ def error_dict(error: EntryError, *, with_traceback: bool = False) -> dict[str, 
 
 
 def queue_dict(queue: Queue, view: QueueView) -> dict[str, Any]:
-    """A queue, its counts per state (stored and inferred) and its oldest waiting entry, from
-    the operator snapshot."""
+    """A queue, its counts per state (stored and inferred), the counts of corruption, its oldest
+    waiting entry and its alarm, from the operator snapshot."""
     return {
         "name": queue.name,
         "weight": queue.weight,
         "max_concurrency": queue.max_concurrency,
+        "alert_waiting_seconds": view.alert_waiting_seconds,
         "is_paused": queue.is_paused,
         "counts": view.counts,
-        "invariant_holds": view.stats.invariant_holds,
+        "invariant_holds": view.stats.is_consistent,
+        "locked_by_dead_workers": view.stats.locked_by_dead_workers,
+        "locks_without_entries": view.stats.locks_without_entries,
         "oldest_waiting_enqueued_at": view.oldest_waiting_at,
         "oldest_waiting_seconds": view.oldest_waiting_seconds,
+        "alarm": (
+            {"reason": view.alarm.reason, "waiting_seconds": view.alarm.waiting_seconds}
+            if view.alarm is not None
+            else None
+        ),
     }

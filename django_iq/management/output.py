@@ -65,7 +65,8 @@ def render_text(status: Snapshot) -> str:
                 "yes" if q.stats.is_paused else "no",
                 *(q.counts[name] for name in COUNTED_STATES),
                 format_seconds(q.oldest_waiting_seconds),
-                "ok" if q.stats.invariant_holds else "BROKEN",
+                "ok" if q.stats.is_consistent else "BROKEN",
+                q.alarm.reason if q.alarm is not None else "-",
             ]
             for q in status.queues
         ]
@@ -76,6 +77,7 @@ def render_text(status: Snapshot) -> str:
                 *(totals[name] for name in COUNTED_STATES),
                 "",
                 "ok" if status.invariant_holds else "BROKEN",
+                "",
             ]
         )
         columns = [
@@ -84,10 +86,18 @@ def render_text(status: Snapshot) -> str:
             *(">" + state.upper() for state in COUNTED_STATES),
             ">OLDEST WAITING",
             "INVARIANT",
+            "ALARM",
         ]
         lines.append(render_table(columns, rows))
     else:
         lines.append("No queues.")
+    lines.append("")
+
+    problems = status.problems
+    lines.append(f"Alarms ({len(problems)})")
+    lines.extend(f"  {problem.describe()}" for problem in problems)
+    if not problems:
+        lines.append("None: healthy.")
     lines.append("")
 
     live = sum(1 for w in status.workers if w.is_live)

@@ -75,6 +75,20 @@ def _unsave(entry: Entry) -> None:
     entry._state.adding, entry._state.db = True, None
 
 
+def lock_held() -> Exists:
+    """True for an entry whose group lock exists (whoever holds it)."""
+    return Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key")))
+
+
+def lock_held_by_live_worker() -> Exists:
+    """True for an entry whose group lock is held by a live worker (``WorkerManager.live``)."""
+    return Exists(
+        iq.GroupLock.objects.filter(
+            key=OuterRef("lock_key"), worker__in=iq.Worker.objects.live().values("pk")
+        )
+    )
+
+
 class EntryQuerySet(models.QuerySet["Entry"]):
     def initial(self) -> EntryQuerySet:
         return self.filter(state=EntryState.INITIAL)
@@ -85,16 +99,19 @@ class EntryQuerySet(models.QuerySet["Entry"]):
     def disabled(self) -> EntryQuerySet:
         return self.filter(state=EntryState.DISABLED)
 
-    def _locked(self) -> Exists:
-        return Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key")))
-
     def computing(self) -> EntryQuerySet:
-        """Pending entries whose group lock is held: a worker has them."""
-        return self.pending().filter(self._locked())
+        """Pending entries whose group lock is held by a live worker: it has them."""
+        return self.pending().filter(lock_held_by_live_worker())
+
+    def locked_by_dead_workers(self) -> EntryQuerySet:
+        """Pending entries whose group lock exists but whose worker is not live (stopped,
+        declared dead, silent, or gone): neither running nor claimable until recovery
+        releases the lock. None outside the moments between a death and its recovery."""
+        return self.pending().filter(lock_held()).exclude(lock_held_by_live_worker())
 
     def awaiting_compute(self) -> EntryQuerySet:
         """Pending entries with no lock: ready, waiting for a processing thread."""
-        return self.pending().filter(~self._locked())
+        return self.pending().filter(~lock_held())
 
     def due(self, now: datetime) -> EntryQuerySet:
         """Deferred entries whose run_at has come."""
@@ -125,6 +142,9 @@ class EntryManager(EntryOutcomeManager):
 
     def awaiting_compute(self) -> EntryQuerySet:
         return self.get_queryset().awaiting_compute()
+
+    def locked_by_dead_workers(self) -> EntryQuerySet:
+        return self.get_queryset().locked_by_dead_workers()
 
     def due(self, now: datetime) -> EntryQuerySet:
         return self.get_queryset().due(now)
@@ -637,19 +657,22 @@ class EntryManager(EntryOutcomeManager):
 
         return atomic_retrying(db, write, "cancel")
 
-    def oldest_waiting(self) -> dict[str, datetime]:
-        """The enqueue time of the oldest entry awaiting compute, per queue."""
+    def waiting_times(self) -> dict[str, tuple[datetime, datetime]]:
+        """Per queue, of its entries awaiting compute: the oldest enqueue time, and since when
+        the longest-waiting one has been ready (enqueued, or due, or retried, whichever came
+        last). One query."""
         from django.db.models import Min
+        from django.db.models.functions import Greatest
 
         rows = (
             self.get_queryset()
             .awaiting_compute()
             .values("queue")
-            .annotate(oldest=Min("enqueued_at"))
+            .annotate(oldest=Min("enqueued_at"), ready=Min(Greatest("enqueued_at", "run_at")))
             .order_by()
-            .values_list("queue", "oldest")
+            .values_list("queue", "oldest", "ready")
         )
-        return {str(queue): oldest for queue, oldest in rows}
+        return {str(queue): (oldest, ready) for queue, oldest, ready in rows}
 
     # -- disable / enable --------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, router, transaction
-from django.db.models import Sum
+from django.db.models import Max, Q, Sum
 
 from django_iq.appmodels import iq
 from django_iq.queries import upsert_add
@@ -78,6 +78,19 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
             row["minute"]: {"done": row["done"] or 0, "failed": row["failed"] or 0} for row in rows
         }
 
+    def last_finished(self, since: datetime) -> dict[str, datetime]:
+        """Per queue, the latest minute since ``since`` in which a job finished (done or
+        failed); queues with none are left out."""
+        rows = (
+            self.filter(minute__gte=since)
+            .filter(Q(done__gt=0) | Q(failed__gt=0))
+            .values("queue")
+            .annotate(last=Max("minute"))
+            .order_by()
+            .values_list("queue", "last")
+        )
+        return {str(queue): last for queue, last in rows}
+
     def prune(self, older_than: datetime, batch_size: int) -> int:
         ids = list(self.filter(minute__lt=older_than).values_list("pk", flat=True)[:batch_size])
         return self.filter(pk__in=ids).delete()[0] if ids else 0
@@ -87,6 +100,9 @@ class QueueTotalManager(models.Manager["QueueTotal"]):
     def by_queue(self, queues: Iterable[str] | None = None) -> dict[str, QueueTotal]:
         rows = self.all() if queues is None else self.filter(queue__in=list(queues))
         return {row.queue: row for row in rows}
+
+
+MINUTE_SECONDS = 60
 
 
 def minute_of(moment: datetime) -> datetime:

@@ -139,6 +139,12 @@ class WorkerManager(models.Manager["Worker"]):
         silent = silent_after_seconds or iq_settings.WORKER_SILENT_AFTER_SECONDS
         return self.filter(stopped_at__isnull=True, heartbeat_at__gte=db_now_plus(-silent))
 
+    def live_queue_lists(self) -> list[list[str]]:
+        """The queue lists of the live worker processes (leaders left out); an empty list
+        serves every queue."""
+        rows = self.live().filter(role="worker").values_list("queues", flat=True)
+        return [list(names or []) for names in rows]
+
     def prune(self, stopped_before_seconds: float, batch_size: int) -> int:
         """Delete up to ``batch_size`` rows of workers stopped longer ago than given."""
         ids = list(

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_iq.api.endpoint import MAX_IDS
-from django_iq.models import Entry, EntryError, OperatorAction, Queue
+from django_iq.models import Entry, EntryError, OperatorAction, Queue, Worker
 from tests.factories import (
     EntryErrorFactory,
     EntryFactory,
@@ -593,7 +593,11 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
             "failed": 1,
         },
         "invariant_holds": True,
+        "locked_by_dead_workers": 0,
+        "locks_without_entries": 0,
         "oldest_waiting_enqueued_at": iso(oldest.enqueued_at),
+        "alert_waiting_seconds": 300,
+        "alarm": None,
     }
     assert by_name["reports"] == {
         "name": "reports",
@@ -613,9 +617,33 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
             0,
         ),
         "invariant_holds": True,
+        "locked_by_dead_workers": 0,
+        "locks_without_entries": 0,
         "oldest_waiting_enqueued_at": None,
         "oldest_waiting_seconds": None,
+        "alert_waiting_seconds": 300,
+        "alarm": None,
     }
+
+
+def test_queue_list_reports_broken_counts_and_alarms(staff: Api) -> None:
+    # An entry locked by a worker that stopped; another waiting for ten minutes in a queue
+    # of a 60-second threshold that no live worker serves (the only worker serves "other").
+    stopped = WorkerFactory(queues=["other"])
+    Worker.objects.stop(stopped)
+    EntryFactory(locked=True, lock__worker=stopped)
+    emails = QueueFactory(name="emails", alert_waiting_seconds=60)
+    ago = timezone.now() - timedelta(minutes=10)
+    EntryFactory(queue=emails, enqueued_at=ago, run_at=ago)
+
+    by_name = {queue["name"]: queue for queue in staff.get(url("queue-list")).json()["queues"]}
+
+    assert by_name["default"]["invariant_holds"] is False
+    assert by_name["default"]["locked_by_dead_workers"] == 1
+    assert by_name["default"]["counts"]["computing"] == 0
+    assert by_name["emails"]["alert_waiting_seconds"] == 60
+    assert by_name["emails"]["alarm"]["reason"] == "no_live_worker"
+    assert by_name["emails"]["alarm"]["waiting_seconds"] >= 600
 
 
 def test_pause_then_resume_a_queue_and_log_each_change(operator: Api) -> None:

@@ -242,7 +242,7 @@ def test_e009_unknown_queue_options_with_a_suggestion_when_one_is_close() -> Non
         ),
         Error(
             "QUEUES['emails'] has an unknown option 'colour'.",
-            hint="Valid: weight, max_concurrency, is_paused.",
+            hint="Valid: weight, max_concurrency, is_paused, alert_waiting_seconds.",
             id="django_iq.E009",
         ),
     ]

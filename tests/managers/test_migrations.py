@@ -102,7 +102,14 @@ POISONED_RUN_AT = {
 
 def insert_by_hand(run_at_sql: str) -> None:
     """Write an entry row with SQL, as a script or another program might."""
-    Queue.objects.get_or_create(name="default")
+    # The queue too by SQL: the schema may be an old one, without the model's later columns.
+    if not Queue.objects.filter(name="default").exists():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO django_iq_queue (name, weight, is_paused, created_at)"
+                " VALUES ('default', 1, %s, '2026-01-01 00:00:00')",
+                [False],
+            )
     sql = (
         "INSERT INTO django_iq_entry (queue, job_name, args, kwargs, priority, state, group_key,"
         " lock_key, run_at, attempts, max_attempts, enqueued_at) VALUES ('default',"

@@ -139,18 +139,26 @@ def test_status_json_keys_are_stable() -> None:
     document = json.loads(run("iq_status", "--json"))
 
     assert sorted(document) == [
+        "alarms",
         "generated_at",
+        "healthy",
         "invariant_holds",
         "leader",
+        "leader_live",
+        "problems",
         "queues",
         "totals",
         "unserved_jobs",
         "workers",
     ]
     assert sorted(document["queues"][0]) == [
+        "alarm",
+        "alert_waiting_seconds",
         "counts",
         "invariant_holds",
         "is_paused",
+        "locked_by_dead_workers",
+        "locks_without_entries",
         "name",
         "oldest_waiting_enqueued_at",
         "oldest_waiting_seconds",
@@ -197,6 +205,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "OLDEST",
         "WAITING",
         "INVARIANT",
+        "ALARM",
     ]
     assert lines[header + 1].split() == [
         "default",
@@ -210,6 +219,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "2",
         "2h00m",
         "ok",
+        "-",
     ]
     assert lines[header + 2].split() == [
         "emails",
@@ -223,6 +233,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "1",
         "3d00h",
         "ok",
+        "-",
     ]
     assert lines[header + 3].split() == ["(total)", "1", "4", "1", "0", "1", "3", "3", "ok"]
     # Numbers are right-aligned: every row ends its PENDING column at the same place.

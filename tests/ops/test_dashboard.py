@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from django_iq.charts import SVG_NS
 from django_iq.dashboard import CHART_MINUTES, REFRESH_SECONDS, dashboard_data, format_age
-from django_iq.managers import QueueStats, QueueTally
+from django_iq.managers import QueueTally
 from django_iq.managers.metrics import minute_of
-from django_iq.models import Queue, QueueMinute, Worker
+from django_iq.models import Entry, Queue, QueueMinute, Worker
 from django_iq.worker import WorkerProcess
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory, WorkerFactory
 from tests.testapp.jobs import always_fails, record
@@ -230,18 +230,22 @@ def test_dashboard_data_reads_the_same_counts_as_queue_stats() -> None:
 
 
 @pytest.mark.django_db
-def test_a_broken_invariant_is_shown_as_broken(
-    operator_client: Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # stats() counts every state in one statement, so the database cannot be brought into a
-    # broken state; the rendering of one is checked with stats that say so.
-    broken = QueueStats("default", False, 0, 3, 0, 0, 1, 1, 0)
-    monkeypatch.setattr(Queue.objects, "stats", lambda names=None: [broken])
+def test_a_broken_invariant_is_shown_as_broken_with_its_counts(operator_client: Client) -> None:
+    # Corrupted rows, written through the ORM: an entry locked by a stopped worker, and a
+    # lock whose entry was deleted.
+    stopped = WorkerFactory()
+    Worker.objects.stop(stopped)
+    EntryFactory(locked=True, lock__worker=stopped)
+    orphaned = EntryFactory(locked=True)
+    Entry.objects.filter(pk=orphaned.pk).delete()
 
     html = operator_client.get(URL).content.decode()
 
-    assert cells(html)["default"]["invariant=broken"] == "broken"
+    assert cells(html)["default"]["invariant=broken"] == (
+        "brokenlocked_by_dead_workers=1locks_without_entries=1"
+    )
     assert re.search(r'id="iq-invariant">broken<', html)
+    assert 'data-alarm-reason="invariant_broken" data-alarm-queue="default"' in html
 
 
 @pytest.mark.django_db
@@ -467,13 +471,13 @@ def _queries(action: Callable[[], object]) -> int:
 
 
 @pytest.mark.django_db
-def test_dashboard_data_takes_twelve_queries(django_assert_num_queries: Any) -> None:
+def test_dashboard_data_takes_fifteen_queries(django_assert_num_queries: Any) -> None:
     EntryFactory()
     WorkerFactory()
 
-    # The operator snapshot's eight, the jobs no live worker serves (two), the per-minute
+    # The operator snapshot's eleven, the jobs no live worker serves (two), the per-minute
     # counts, and the jobs' limits (none here: one).
-    with django_assert_num_queries(12):
+    with django_assert_num_queries(15):
         dashboard_data(timezone.now())
 
 

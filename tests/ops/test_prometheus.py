@@ -190,6 +190,11 @@ def test_response_is_the_text_format_and_never_cached(staff_client: Client) -> N
     }
     assert families == {
         "django_iq_queue_entries": "gauge",
+        "django_iq_locked_by_dead_workers": "gauge",
+        "django_iq_locks_without_entries": "gauge",
+        "django_iq_invariant_holds": "gauge",
+        "django_iq_alarm": "gauge",
+        "django_iq_leader_live": "gauge",
         "django_iq_jobs_done": "counter",
         "django_iq_jobs_failed": "counter",
         "django_iq_job_duration_seconds": "histogram",
@@ -309,7 +314,7 @@ def test_collector_registers_in_another_registry_without_querying(
 
 
 @pytest.mark.django_db
-def test_a_scrape_takes_eleven_queries_whatever_the_data(
+def test_a_scrape_takes_fourteen_queries_whatever_the_data(
     django_assert_num_queries: Any,
 ) -> None:
     for index in range(5):
@@ -319,9 +324,9 @@ def test_a_scrape_takes_eleven_queries_whatever_the_data(
         EntryErrorFactory(queue=queue)
     WorkerFactory.create_batch(4)
 
-    # The operator snapshot's eight, the jobs no live worker serves (two), and the lifetime
+    # The operator snapshot's eleven, the jobs no live worker serves (two), and the lifetime
     # totals.
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(14):
         scrape = read_scrape(timezone.now())
 
     assert len(scrape.snapshot.queues) == 5

@@ -1,4 +1,5 @@
-"""``manage.py iq_status``: show queues, workers and the leader once, as JSON, or refreshed."""
+"""``manage.py iq_status``: show queues, workers, the leader and the alarms once, as JSON, or
+refreshed; ``--check`` exits with status 1 while the cluster is unhealthy."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq.management.argtypes import seconds
 from django_iq.management.output import render_text, split_names, unknown_queue_message
-from django_iq.snapshot import read_snapshot
+from django_iq.snapshot import Snapshot, read_snapshot
 
 DEFAULT_WATCH_SECONDS = 2.0
 # Cursor home, then erase the screen: the next report is drawn in place.
@@ -63,6 +64,12 @@ class Command(BaseCommand):
             help="Print one JSON document (one per line with --watch).",
         )
         parser.add_argument(
+            "--check",
+            action="store_true",
+            help="Exit with status 1 when an alarm is raised or a queue's counts contradict "
+            "each other (for cron and uptime checks); the report is printed as usual.",
+        )
+        parser.add_argument(
             "--watch",
             type=watch_seconds,
             nargs="?",
@@ -79,8 +86,18 @@ class Command(BaseCommand):
                 raise CommandError(message)
         interval: float | None = options["watch"]
         if interval is None:
-            self.stdout.write(self._report(queues, as_json=options["json"], indent=2))
+            status = self._read(queues)
+            self.stdout.write(self._render(status, as_json=options["json"], indent=2))
+            if options["check"] and not status.is_healthy:
+                problems = status.problems
+                raise CommandError(
+                    f"{len(problems)} {'problem' if len(problems) == 1 else 'problems'}: "
+                    + "; ".join(problem.describe() for problem in problems),
+                    returncode=1,
+                )
             return
+        if options["check"]:
+            raise CommandError("--check reports once: leave out --watch.")
         clear = not options["json"] and self.stdout.isatty()
         stop = threading.Event()
         printed = 0
@@ -88,7 +105,7 @@ class Command(BaseCommand):
             with stop_on_signals(stop):
                 while True:
                     # JSON: one document per line, so a consumer can read line by line.
-                    report = self._report(queues, as_json=options["json"], indent=None)
+                    report = self._render(self._read(queues), as_json=options["json"], indent=None)
                     if clear:
                         report = CLEAR_SCREEN + report
                     elif printed and not options["json"]:
@@ -101,11 +118,13 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass  # SIGINT with no handler of ours (not the main thread) is a normal stop too
 
-    def _report(self, queues: list[str] | None, *, as_json: bool, indent: int | None) -> str:
+    def _read(self, queues: list[str] | None) -> Snapshot:
         # Every running worker is listed, not the dashboard's first hundred.
-        status = read_snapshot(
+        return read_snapshot(
             queues=queues, worker_limit=None, include_stopped=False, unserved_jobs=True
         )
+
+    def _render(self, status: Snapshot, *, as_json: bool, indent: int | None) -> str:
         if as_json:
             return json.dumps(status.as_dict(), cls=DjangoJSONEncoder, indent=indent)
         return render_text(status)

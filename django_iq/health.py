@@ -1,0 +1,40 @@
+"""The health endpoint for load balancers and uptime checks: 200 while the cluster is healthy,
+503 with the reason codes while it is not, answered without a session.
+
+What an anonymous caller learns is limited to the reason codes and the queue names they concern
+(``Alarm.public_dict``): no counts of entries, no job names, arguments or errors. The response is
+never cached, so that a cache in front of the site cannot hide a failure or a recovery.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_not_required
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_safe
+
+from django_iq.snapshot import read_snapshot
+
+
+# Exempt from LoginRequiredMiddleware: uptime checks and load balancers have no session.
+# Outside ATOMIC_REQUESTS' transaction, so that the reads get a snapshot of their own.
+@login_not_required
+@transaction.non_atomic_requests
+@require_safe
+def health_view(request: HttpRequest) -> HttpResponse:
+    """Answer ``{"status": "ok"}`` (200), or ``{"status": "failing", "reasons": [...]}`` (503)
+    listing each alarm and each queue whose counts contradict each other.
+
+    Reads the operator snapshot without its worker list: ten queries, whatever the data.
+    """
+    problems = read_snapshot(worker_limit=0).problems
+    if problems:
+        response = JsonResponse(
+            {"status": "failing", "reasons": [problem.public_dict() for problem in problems]},
+            status=503,
+        )
+    else:
+        response = JsonResponse({"status": "ok"})
+    add_never_cache_headers(response)
+    return response
