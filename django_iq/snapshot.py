@@ -16,7 +16,7 @@ from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.utils import timezone
 
 from django_iq.managers import QueueStats
-from django_iq.models import Entry, LeaderLease, Queue, Worker
+from django_iq.models import Entry, LeaderLease, Queue, QueueTotal, Worker
 from django_iq.states import COUNTED_STATES
 
 # Worker rows listed, live ones first; stopped rows are kept for WORKER_RETENTION_SECONDS.
@@ -30,11 +30,13 @@ def age_seconds(now: datetime, then: datetime) -> float:
 
 @dataclass(frozen=True)
 class QueueView:
-    """One queue's counts per state and its oldest entry awaiting compute."""
+    """One queue's counts per state, its oldest entry awaiting compute, and how many waiting
+    entries compaction merged away since the queue's first (a lifetime counter)."""
 
     stats: QueueStats
     oldest_waiting_at: datetime | None
     oldest_waiting_seconds: float | None
+    merged: int = 0
 
     @property
     def name(self) -> str:
@@ -52,6 +54,7 @@ class QueueView:
             "invariant_holds": self.stats.invariant_holds,
             "oldest_waiting_enqueued_at": self.oldest_waiting_at,
             "oldest_waiting_seconds": self.oldest_waiting_seconds,
+            "merged": self.merged,
         }
 
 
@@ -171,6 +174,11 @@ class Snapshot:
         return {state: sum(q.counts[state] for q in self.queues) for state in COUNTED_STATES}
 
     @property
+    def merged(self) -> int:
+        """Entries merged away by compaction, summed over the queues."""
+        return sum(q.merged for q in self.queues)
+
+    @property
     def invariant_holds(self) -> bool:
         return all(q.stats.invariant_holds for q in self.queues)
 
@@ -185,6 +193,7 @@ class Snapshot:
             "generated_at": self.now,
             "queues": [q.as_dict() for q in self.queues],
             "totals": self.totals,
+            "merged": self.merged,
             "invariant_holds": self.invariant_holds,
             "workers": [w.as_dict() for w in self.workers],
             "leader": self.leader.as_dict() if self.leader is not None else None,
@@ -205,7 +214,7 @@ def read_snapshot(
     unserved_jobs: bool = False,
 ) -> Snapshot:
     """Read queue statistics, the oldest waiting entries, the workers (listed and counted) and
-    the lease at ``now``: eight queries, whatever the number of queues, entries or workers.
+    the lease at ``now``, and the entries merged away per queue: nine queries, whatever the number of queues, entries or workers.
 
     Worker rows are listed live first, then by latest heartbeat, at most ``worker_limit`` of
     them (None: all), without those marked stopped (cleanly or declared dead) unless
@@ -220,6 +229,7 @@ def read_snapshot(
     now = now or timezone.now()
     oldest = Entry.objects.oldest_waiting()
     stats_by_name = {stats.queue: stats for stats in Queue.objects.stats(queues)}
+    merged = QueueTotal.objects.merged_by_queue(queues)
     for name in queues or ():
         stats_by_name.setdefault(name, _empty_stats(name))
     views = [
@@ -229,6 +239,7 @@ def read_snapshot(
             oldest_waiting_seconds=(
                 age_seconds(now, oldest[stats.queue]) if stats.queue in oldest else None
             ),
+            merged=merged.get(stats.queue, 0),
         )
         for _, stats in sorted(stats_by_name.items())
     ]

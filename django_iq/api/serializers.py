@@ -92,8 +92,8 @@ def error_dict(error: EntryError, *, with_traceback: bool = False) -> dict[str, 
 
 
 def queue_dict(queue: Queue, view: QueueView) -> dict[str, Any]:
-    """A queue, its counts per state (stored and inferred) and its oldest waiting entry, from
-    the operator snapshot."""
+    """A queue, its counts per state (stored and inferred), its oldest waiting entry and the
+    entries compaction merged away, from the operator snapshot."""
     return {
         "name": queue.name,
         "weight": queue.weight,
@@ -103,4 +103,5 @@ def queue_dict(queue: Queue, view: QueueView) -> dict[str, Any]:
         "invariant_holds": view.stats.invariant_holds,
         "oldest_waiting_enqueued_at": view.oldest_waiting_at,
         "oldest_waiting_seconds": view.oldest_waiting_seconds,
+        "merged": view.merged,
     }

@@ -19,7 +19,7 @@ from django_iq.dbconn import reachable
 from django_iq.exceptions import InvalidJobArguments, QueueNotFound
 from django_iq.limits import resolve_run_at
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
-from django_iq.managers.outcomes import EntryOutcomeManager
+from django_iq.managers.compaction import EntryCompactionManager
 from django_iq.options import JobCatalog, JobLimits, JobOptions
 from django_iq.queries import (
     COPY_ENQUEUE_MIN_ROWS,
@@ -100,9 +100,9 @@ class EntryQuerySet(models.QuerySet["Entry"]):
         return self.initial().filter(run_at__lte=now)
 
 
-class EntryManager(EntryOutcomeManager):
+class EntryManager(EntryCompactionManager):
     """State changes of entries, plus the queryset's state filters. The outcomes of runs
-    (complete, complete_many, fail) are in ``outcomes.py``."""
+    (complete, complete_many, fail) are in ``outcomes.py``, compaction in ``compaction.py``."""
 
     def get_queryset(self) -> EntryQuerySet:
         return EntryQuerySet(self.model, using=self._db)

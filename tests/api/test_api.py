@@ -593,6 +593,7 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
         },
         "invariant_holds": True,
         "oldest_waiting_enqueued_at": iso(oldest.enqueued_at),
+        "merged": 0,
     }
     assert by_name["reports"] == {
         "name": "reports",
@@ -605,6 +606,7 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
         "invariant_holds": True,
         "oldest_waiting_enqueued_at": None,
         "oldest_waiting_seconds": None,
+        "merged": 0,
     }
 
 

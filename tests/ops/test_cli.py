@@ -141,6 +141,7 @@ def test_status_json_keys_are_stable() -> None:
         "generated_at",
         "invariant_holds",
         "leader",
+        "merged",
         "queues",
         "totals",
         "unserved_jobs",
@@ -150,6 +151,7 @@ def test_status_json_keys_are_stable() -> None:
         "counts",
         "invariant_holds",
         "is_paused",
+        "merged",
         "name",
         "oldest_waiting_enqueued_at",
         "oldest_waiting_seconds",
@@ -194,6 +196,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "FAILED",
         "OLDEST",
         "WAITING",
+        "MERGED",
         "INVARIANT",
     ]
     assert lines[header + 1].split() == [
@@ -206,6 +209,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "2",
         "2",
         "2h00m",
+        "0",
         "ok",
     ]
     assert lines[header + 2].split() == [
@@ -218,9 +222,10 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "1",
         "1",
         "3d00h",
+        "0",
         "ok",
     ]
-    assert lines[header + 3].split() == ["(total)", "1", "4", "1", "1", "3", "3", "ok"]
+    assert lines[header + 3].split() == ["(total)", "1", "4", "1", "1", "3", "3", "0", "ok"]
     # Numbers are right-aligned: every row ends its PENDING column at the same place.
     end = lines[header].index("PENDING") + len("PENDING")
     assert {lines[header + i][end - 1] for i in range(1, 4)} == {"3", "1", "4"}

@@ -465,13 +465,13 @@ def _queries(action: Callable[[], object]) -> int:
 
 
 @pytest.mark.django_db
-def test_dashboard_data_takes_twelve_queries(django_assert_num_queries: Any) -> None:
+def test_dashboard_data_takes_thirteen_queries(django_assert_num_queries: Any) -> None:
     EntryFactory()
     WorkerFactory()
 
-    # The operator snapshot's eight, the jobs no live worker serves (two), the per-minute
+    # The operator snapshot's nine, the jobs no live worker serves (two), the per-minute
     # counts, and the jobs' limits (none here: one).
-    with django_assert_num_queries(12):
+    with django_assert_num_queries(13):
         dashboard_data(timezone.now())
 
 

@@ -190,6 +190,7 @@ def test_response_is_the_text_format_and_never_cached(staff_client: Client) -> N
         "django_iq_queue_entries": "gauge",
         "django_iq_jobs_done": "counter",
         "django_iq_jobs_failed": "counter",
+        "django_iq_entries_merged": "counter",
         "django_iq_job_duration_seconds": "histogram",
         "django_iq_oldest_waiting_seconds": "gauge",
         "django_iq_workers": "gauge",
@@ -307,7 +308,7 @@ def test_collector_registers_in_another_registry_without_querying(
 
 
 @pytest.mark.django_db
-def test_a_scrape_takes_eleven_queries_whatever_the_data(
+def test_a_scrape_takes_twelve_queries_whatever_the_data(
     django_assert_num_queries: Any,
 ) -> None:
     for index in range(5):
@@ -317,9 +318,9 @@ def test_a_scrape_takes_eleven_queries_whatever_the_data(
         EntryErrorFactory(queue=queue)
     WorkerFactory.create_batch(4)
 
-    # The operator snapshot's eight, the jobs no live worker serves (two), and the lifetime
+    # The operator snapshot's nine, the jobs no live worker serves (two), and the lifetime
     # totals.
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(12):
         scrape = read_scrape(timezone.now())
 
     assert len(scrape.snapshot.queues) == 5

@@ -10,11 +10,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq.management.argtypes import seconds
-from django_iq.management.output import render_text, split_names, unknown_queue_message
+from django_iq.management.output import refuse_unknown_queues, render_text, split_names
 from django_iq.snapshot import read_snapshot
 
 DEFAULT_WATCH_SECONDS = 2.0
@@ -73,10 +73,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues: list[str] | None = options["queues"]
-        if queues:
-            message = unknown_queue_message(queues)
-            if message:
-                raise CommandError(message)
+        refuse_unknown_queues(queues)
         interval: float | None = options["watch"]
         if interval is None:
             self.stdout.write(self._report(queues, as_json=options["json"], indent=2))
