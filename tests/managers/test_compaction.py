@@ -42,8 +42,10 @@ def test_a_group_of_waiting_entries_becomes_one_entry_with_the_folded_arguments(
 
 def test_the_merged_entry_keeps_the_highest_priority_and_the_earliest_times() -> None:
     now = timezone.now()
-    first = invalidate.using(priority=-5, run_at=now + timedelta(hours=2)).enqueue("o1", [1])
-    invalidate.using(priority=7, run_at=now + timedelta(hours=1)).enqueue("o1", [2])
+    first = invalidate.using(
+        priority=-5, run_at=now + timedelta(hours=2), timeout=30, max_attempts=1
+    ).enqueue("o1", [1])
+    invalidate.using(priority=7, run_at=now + timedelta(hours=1), timeout=90).enqueue("o1", [2])
     invalidate.using(priority=3, run_at=now + timedelta(hours=3)).enqueue("o1", [3])
     compact(now=now)
     (merged,) = waiting()
@@ -52,6 +54,7 @@ def test_the_merged_entry_keeps_the_highest_priority_and_the_earliest_times() ->
     assert merged.run_at == now + timedelta(hours=1)
     assert merged.state == EntryState.INITIAL
     assert merged.max_attempts == 5  # the job's, whatever the entries had
+    assert merged.timeout_seconds == 30  # the oldest entry's
 
 
 def test_a_deferred_entry_merged_with_a_ready_one_makes_a_ready_entry() -> None:
