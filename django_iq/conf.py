@@ -92,6 +92,8 @@ SETTINGS: dict[str, Setting] = {
     # than this many dead rows, and more dead rows than live ones; it looks this often.
     "VACUUM_INTERVAL_SECONDS": Setting(30.0, (int, float), 0.01, 86_400),
     "VACUUM_DEAD_ROWS": Setting(10_000, (int,), 1, 1_000_000_000),
+    # How often the leader merges the waiting entries of groups of jobs with @job(merge=...).
+    "COMPACT_INTERVAL_SECONDS": Setting(10.0, (int, float), 0.01, 86_400),
     "ERROR_RETENTION_SECONDS": Setting(7 * 86_400.0, (int, float), 1),
     "WORKER_RETENTION_SECONDS": Setting(86_400.0, (int, float), 1),
     # Finished Django Tasks results are kept this long after they finish.

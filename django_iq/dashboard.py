@@ -80,6 +80,9 @@ class QueueRow:
         """(name, count) of the corruption counts that are not zero."""
         return list(self.view.stats.broken_counts.items())
 
+    def merged(self) -> int:
+        return self.view.merged
+
 
 @dataclass(frozen=True)
 class WorkerRow:
@@ -166,6 +169,10 @@ class DashboardData:
         return list(self.snapshot.totals.items())
 
     @property
+    def merged(self) -> int:
+        return self.snapshot.merged
+
+    @property
     def live_workers(self) -> list[WorkerRow]:
         return [row for row in self.workers if row.view.is_live]
 
@@ -225,7 +232,7 @@ class DashboardData:
 
 def dashboard_data(now: datetime) -> DashboardData:
     """Read the dashboard's numbers at ``now`` in a fixed number of queries, whatever the
-    number of queues, entries or finished jobs: the operator snapshot's thirteen (jobs no live
+    number of queues, entries or finished jobs: the operator snapshot's fourteen (jobs no live
     worker serves included), one for the per-minute counts, and one to four for the jobs' limits."""
     snapshot = read_snapshot(now, worker_limit=WORKER_LIMIT, unserved_jobs=True)
     start = minute_of(now) - timedelta(minutes=CHART_MINUTES - 1)

@@ -26,7 +26,7 @@ def health_view(request: HttpRequest) -> HttpResponse:
     """Answer ``{"status": "ok"}`` (200), or ``{"status": "failing", "reasons": [...]}`` (503)
     listing each alarm and each queue whose counts contradict each other.
 
-    Reads the operator snapshot without its worker list: ten queries, whatever the data.
+    Reads the operator snapshot without its worker list: eleven queries, whatever the data.
     """
     problems = read_snapshot(worker_limit=0).problems
     if problems:

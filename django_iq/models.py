@@ -460,7 +460,8 @@ class Result(models.Model):
 
 
 class QueueMinute(models.Model):
-    """Work finished per queue per minute (UTC), added to by workers with each heartbeat; the
+    """Work finished per queue per minute (UTC), added to by workers with each heartbeat (and
+    entries merged away, by compaction); the
     dashboard's throughput and failure charts read it. Pruned after METRICS_RETENTION_SECONDS."""
 
     queue = models.CharField(max_length=100)
@@ -468,6 +469,8 @@ class QueueMinute(models.Model):
     done = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)
     busy_seconds = models.FloatField(default=0)
+    # Waiting entries merged away by compaction (a group of n entries folded into one adds n - 1).
+    merged = models.PositiveIntegerField(default=0)
 
     objects = QueueMinuteManager()
 
@@ -494,6 +497,8 @@ class QueueTotal(models.Model):
     le_10 = models.PositiveBigIntegerField(default=0)
     le_60 = models.PositiveBigIntegerField(default=0)
     le_600 = models.PositiveBigIntegerField(default=0)
+    # Waiting entries merged away by compaction, added to in the compaction's transaction.
+    merged = models.PositiveBigIntegerField(default=0)
 
     objects = QueueTotalManager()
 

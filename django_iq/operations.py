@@ -1,6 +1,6 @@
 """What an operator can do, in one place for every door: cancel entries, make deferred entries
-run now, requeue failed entries, pause and resume queues, disable and enable jobs, run cron jobs
-now. The admin, the API and the ``iq_*`` commands call these functions; each returns an
+run now, requeue failed entries, pause, resume and compact queues, disable and enable jobs, run
+cron jobs now. The admin, the API and the ``iq_*`` commands call these functions; each returns an
 ``Outcome`` (done, skipped with reasons, not found) worded one way, and writes one
 ``OperatorAction`` audit record in the same transaction, whichever door it came through.
 
@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from django.db import router, transaction
 from django.http import HttpRequest
 
+from django_iq import compaction
 from django_iq.exceptions import QueueNotFound
 from django_iq.models import CronJob, DisabledJob, Entry, EntryError, OperatorAction, Queue
 from django_iq.registry import catalog
@@ -321,6 +322,42 @@ def _set_paused(names: list[str], actor: Actor, *, paused: bool) -> Outcome:
             else:
                 outcome.skipped[name] = ALREADY_PAUSED if paused else NOT_PAUSED
         return _audited(outcome, actor, f"queues {_listed(names)}")
+
+
+def compact(
+    actor: Actor, *, queues: Iterable[str] | None = None, job: str | None = None
+) -> Outcome:
+    """Merge the waiting entries of each group of jobs declared with ``merge`` (in these queues
+    and/or of this job when given), one bounded pass per queue (``compaction.compact``).
+
+    Raise ``JobNotRegistered`` or ``InvalidJobOptions`` for a ``job`` that is unknown or has no
+    ``merge``; a queue that does not exist is reported as not found."""
+    names = _ids(queues) if queues is not None else None
+    compaction.merging_jobs(job)  # refuse an unknown job before anything is written
+    outcome = Outcome("compact", "Compacted", ("group", "groups"))
+    merged_away = 0
+    with _atomic():
+        # A queue declared in settings or by a job may have no row yet (and no entries).
+        existing = set(Queue.objects.values_list("name", flat=True))
+        existing.update(catalog.declared_queues())
+        for name in names if names is not None else [None]:
+            if name is not None and name not in existing:
+                outcome.not_found.append(name)
+                continue
+            done = compaction.compact(queue=name, job=job)
+            merged_away += done.merged_away
+            for compacted in done.merged:
+                item = compaction.label(compacted.group)
+                outcome.done.append(item)
+                outcome.notes[item] = (
+                    f" ({len(compacted.replaced)} entries into entry {compacted.entry_id})"
+                )
+            outcome.skipped.update(done.skipped)
+        outcome.detail = f" ({plural(merged_away, 'entry', 'entries')} merged away)"
+        target = f"queues {_listed(names)}" if names is not None else "all queues"
+        if job is not None:
+            target += f", job {job}"
+        return _audited(outcome, actor, target)
 
 
 # -- jobs ------------------------------------------------------------------------------------

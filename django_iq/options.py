@@ -1,5 +1,5 @@
 """What a job's entries are enqueued with: ``JobOptions`` (queue, priority, attempts, group
-key, backoff, run time, unique key and window) and their validation, and ``JobCatalog``, what the managers need to know
+key or group_by and merge, backoff, run time, unique key and window) and their validation, and ``JobCatalog``, what the managers need to know
 of registered jobs, handed to them by the caller so that they never import the registry."""
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ JOB_OPTIONS = (
     "priority",
     "max_attempts",
     "group_key",
+    "group_by",
+    "merge",
     "backoff_base_seconds",
     "backoff_max_seconds",
     "retry_on",
@@ -236,6 +238,10 @@ class JobOptions:
     unique_for: timedelta | None = None
     # Seconds a run may take before JobTimeout is raised in it (None: DEFAULT_TIMEOUT_SECONDS).
     timeout: float | None = None
+    # The group key taken from the call: a parameter name or f(args, kwargs) (see grouping.py),
+    # and the fold merging the arguments of a group's waiting entries (compaction.py).
+    group_by: Any = None
+    merge: Any = None
     # At most this many entries of the job run at once in the cluster / on one node (host).
     max_concurrency: int | None = None
     max_concurrency_per_node: int | None = None

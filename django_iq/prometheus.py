@@ -40,7 +40,7 @@ class Scrape:
 
 
 def read_scrape(now: datetime) -> Scrape:
-    """Read every metric at ``now`` in a fixed number of queries (the snapshot's thirteen, jobs
+    """Read every metric at ``now`` in a fixed number of queries (the snapshot's fourteen, jobs
     no live worker serves included, and one for the totals), whatever the number of queues,
     entries or workers."""
     return Scrape(
@@ -152,8 +152,17 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
         ]
         buckets.append(("+Inf", total.done + total.failed))
         duration.add_metric([queue_name], buckets, sum_value=total.busy_seconds)
+    merged = CounterMetricFamily(
+        "django_iq_entries_merged",
+        "Waiting entries merged away by compaction (a group of n entries folded into one "
+        "counts n - 1), per queue.",
+        labels=["queue"],
+    )
+    for queue_name, total in sorted(scrape.totals.items()):
+        merged.add_metric([queue_name], total.merged)
     yield done
     yield failed
+    yield merged
     yield duration
     yield oldest
 

@@ -18,7 +18,13 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
-from django_iq.exceptions import InvalidJobOptions, JobNotRegistered, JobTimeout
+from django_iq.exceptions import (
+    InvalidJobArguments,
+    InvalidJobOptions,
+    JobNotRegistered,
+    JobTimeout,
+)
+from django_iq.grouping import check_grouping, group_key_of
 from django_iq.options import (
     JOB_OPTIONS,
     MAX_GROUP_KEY_LENGTH,
@@ -146,16 +152,45 @@ class BoundJob:
         return BoundJob(self.job, self.options.merged(**overrides))
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Entry:
-        return iq.Entry.objects.enqueue(self.job.name, args, kwargs, self.options, jobs=catalog)
+        (entry,) = self.enqueue_many([(args, kwargs)])
+        return entry
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Entry]:
-        return iq.Entry.objects.enqueue_many(self.job.name, calls, self.options, jobs=catalog)
+        options = self.options
+        group_by = options.group_by
+        if group_by is None or options.group_key is not None:
+            return iq.Entry.objects.enqueue_many(self.job.name, calls, options, jobs=catalog)
+        # A group key per call, each found before anything is written.
+        listed = list(calls)
+        keys = [
+            group_key_of(self.job.func, group_by, *_call_pair(index, call))
+            for index, call in enumerate(listed)
+        ]
+        return iq.Entry.objects.enqueue_many(
+            self.job.name, listed, options, jobs=catalog, group_keys=keys
+        )
+
+
+def _call_pair(index: int, call: Any) -> tuple[Sequence[Any], dict[str, Any]]:
+    try:
+        args, kwargs = call
+    except (TypeError, ValueError):
+        raise InvalidJobArguments(
+            f"Call {index} must be an (args, kwargs) pair, got {call!r:.80}."
+        ) from None
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+        raise InvalidJobArguments(
+            f"Call {index} must be an (args, kwargs) pair of a list and a dict, got {call!r:.80}."
+        )
+    return args, kwargs
 
 
 def job(func: Callable[P, R] | None = None, *, name: str | None = None, **options: Any) -> Any:
     """Register ``func`` as a job; use bare (``@job``) or with options (``@job(queue="emails")``).
 
-    Options: ``queue``, ``priority`` (-100..100), ``max_attempts``, ``group_key``,
+    Options: ``queue``, ``priority`` (-100..100), ``max_attempts``, ``group_key``, ``group_by``
+    (a parameter name or ``f(args, kwargs)``: each call's group key), ``merge`` (with
+    ``group_by``: folds a group's waiting entries into one, see ``compaction.py``),
     ``backoff_base_seconds``, ``backoff_max_seconds``, ``retry_on``, ``dont_retry_on``,
     ``max_snoozes``, ``unique`` and ``unique_for``. Raises ``InvalidJobOptions``.
     """
@@ -176,6 +211,9 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None, **option
                 f"Job name {job_name[:80]}... has {len(job_name)} characters; the most is "
                 f"{MAX_JOB_NAME_LENGTH}. Pass a shorter one with @job(name=...)."
             )
+        check_grouping(
+            inner, job_name, job_options.group_by, job_options.merge, job_options.group_key
+        )
         new = Job(inner, job_name, job_options)
         # Re-registering a name (a module reloaded by the dev server) keeps the newest definition.
         _jobs[job_name] = new

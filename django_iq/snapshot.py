@@ -21,7 +21,7 @@ from django_iq.alarms import INVARIANT_BROKEN, NO_LEADER, Alarm, QueueActivity, 
 from django_iq.conf import iq_settings
 from django_iq.managers import QueueStats
 from django_iq.managers.metrics import MINUTE_SECONDS, minute_of
-from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, Worker
+from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, QueueTotal, Worker
 from django_iq.queries import snapshot_reads
 from django_iq.states import COUNTED_STATES, EntryState
 
@@ -36,7 +36,8 @@ def age_seconds(now: datetime, then: datetime) -> float:
 
 @dataclass(frozen=True)
 class QueueView:
-    """One queue's counts per state and its oldest entry awaiting compute."""
+    """One queue's counts per state, its oldest entry awaiting compute, and how many waiting
+    entries compaction merged away since the queue's first (a lifetime counter)."""
 
     stats: QueueStats
     oldest_waiting_at: datetime | None
@@ -45,6 +46,7 @@ class QueueView:
     alert_waiting_seconds: int = 300
     # The queue's alarm about waiting work, if it raises one.
     alarm: Alarm | None = None
+    merged: int = 0
 
     @property
     def name(self) -> str:
@@ -66,6 +68,7 @@ class QueueView:
             "oldest_waiting_seconds": self.oldest_waiting_seconds,
             "alert_waiting_seconds": self.alert_waiting_seconds,
             "alarm": self.alarm.as_dict() if self.alarm is not None else None,
+            "merged": self.merged,
         }
 
 
@@ -185,6 +188,11 @@ class Snapshot:
         return {state: sum(q.counts[state] for q in self.queues) for state in COUNTED_STATES}
 
     @property
+    def merged(self) -> int:
+        """Entries merged away by compaction, summed over the queues."""
+        return sum(q.merged for q in self.queues)
+
+    @property
     def invariant_holds(self) -> bool:
         """Every queue's counts agree: the invariant holds and no lock lacks its entry."""
         return all(q.stats.is_consistent for q in self.queues)
@@ -226,6 +234,7 @@ class Snapshot:
             "generated_at": self.now,
             "queues": [q.as_dict() for q in self.queues],
             "totals": self.totals,
+            "merged": self.merged,
             "invariant_holds": self.invariant_holds,
             "healthy": self.is_healthy,
             "leader_live": self.leader_live,
@@ -250,10 +259,10 @@ def read_snapshot(
     unserved_jobs: bool = False,
 ) -> Snapshot:
     """Read queue statistics, the oldest waiting entries, the workers (listed and counted), the
-    lease and what the alarms are decided from at ``now``, in one snapshot of the database
-    (``queries.snapshot_reads``): eleven queries, whatever the number of queues, entries or
-    workers, plus the statements opening and closing the snapshot when not already inside a
-    transaction.
+    lease, the entries merged away per queue and what the alarms are decided from at ``now``,
+    in one snapshot of the database (``queries.snapshot_reads``): twelve queries, whatever the
+    number of queues, entries or workers, plus the statements opening and closing the snapshot
+    when not already inside a transaction.
 
     Worker rows are listed live first, then by latest heartbeat, at most ``worker_limit`` of
     them (None: all; 0: none, and no query), without those marked stopped (cleanly or declared
@@ -279,6 +288,7 @@ def _read(
 ) -> Snapshot:
     waiting = Entry.objects.waiting_times()
     stats_by_name = {stats.queue: stats for stats in Queue.objects.stats(queues)}
+    merged = QueueTotal.objects.merged_by_queue(queues)
     for name in queues or ():
         stats_by_name.setdefault(name, _empty_stats(name))
     default_threshold: int = iq_settings.ALERT_WAITING_SECONDS
@@ -309,6 +319,7 @@ def _read(
                 oldest_waiting_seconds=age_seconds(now, oldest) if oldest is not None else None,
                 alert_waiting_seconds=thresholds[name],
                 alarm=queue_alarm(activity, now),
+                merged=merged.get(name, 0),
             )
         )
     listed = Worker.objects.annotate(

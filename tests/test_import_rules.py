@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dbconn",
             "exceptions",
             "governor",
+            "grouping",
             "indexes",
             "limits",
             "options",
@@ -41,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "runtime",
         (
             "acks",
+            "compaction",
             "duties",
             "leader",
             "metrics",

@@ -1,5 +1,6 @@
-"""The Queue admin: counts per state and the oldest waiting entry per queue, pause and resume,
-weight, concurrency and alarm threshold edits, and the route to the operations dashboard."""
+"""The Queue admin: counts per state, entries merged and the oldest waiting entry per queue,
+pause, resume and compaction, weight, concurrency and alarm threshold edits, and the route to
+the operations dashboard."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from django_iq.states import AWAITING_COMPUTE, COMPUTING, FAILED, STATE_LABELS, 
 # Attributes set on each listed Queue by QueueChangeList: its QueueStats and oldest waiting time.
 STATS_ATTRIBUTE = "_iq_stats"
 OLDEST_ATTRIBUTE = "_iq_oldest_waiting"
+MERGED_ATTRIBUTE = "_iq_merged"
 
 
 class QueueChangeList(ChangeList):
@@ -44,6 +46,7 @@ class QueueChangeList(ChangeList):
             view = views.get(queue.name)
             setattr(queue, STATS_ATTRIBUTE, view.stats if view else None)
             setattr(queue, OLDEST_ATTRIBUTE, view.oldest_waiting_at if view else None)
+            setattr(queue, MERGED_ATTRIBUTE, view.merged if view else None)
 
 
 def _stats(queue: Queue) -> QueueStats | None:
@@ -88,11 +91,12 @@ class QueueAdmin(admin.ModelAdmin):
         "awaiting_compute_count",
         "failed_count",
         "oldest_waiting",
+        "merged",
     )
     list_editable = ("weight", "max_concurrency")
     list_filter = ("is_paused",)
     search_fields = ("name",)
-    actions = ("pause_queues", "resume_queues")
+    actions = ("pause_queues", "resume_queues", "compact_queues")
     fields = (
         "name",
         "weight",
@@ -148,6 +152,12 @@ class QueueAdmin(admin.ModelAdmin):
         if options:
             Queue.objects.configure(obj.name, **options)
 
+    @admin.display(description="merged")
+    def merged(self, queue: Queue) -> int | None:
+        """Waiting entries compaction merged away, since the queue's first."""
+        view_merged: int | None = getattr(queue, MERGED_ATTRIBUTE, None)
+        return view_merged
+
     @admin.display(description="oldest waiting")
     def oldest_waiting(self, queue: Queue) -> str | None:
         oldest = getattr(queue, OLDEST_ATTRIBUTE, None)
@@ -172,6 +182,16 @@ class QueueAdmin(admin.ModelAdmin):
         outcome = act(list(queues), admin_actor(request))
         verb = "Paused" if paused else "Resumed"
         log_objects(request, [queues[name] for name in outcome.done], f"{verb} the queue.", CHANGE)
+        report_outcome(self, request, outcome)
+
+    @admin.action(description="Compact waiting entries", permissions=["pause"])
+    def compact_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        """Merge the waiting entries of each group of jobs declared with ``merge``, in the
+        selected queues; needs the permission to pause and resume queues."""
+        queues = {queue.name: queue for queue in queryset}
+        outcome = operations.compact(admin_actor(request), queues=list(queues))
+        if outcome.done:
+            log_objects(request, list(queues.values()), outcome.message[:1000], CHANGE)
         report_outcome(self, request, outcome)
 
     # -- dashboard ---------------------------------------------------------------------------

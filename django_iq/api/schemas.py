@@ -209,6 +209,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "minimum": 0,
                 "description": "Group locks of the queue that no entry has as its lock key.",
             },
+            "merged": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Waiting entries compaction merged away in the queue so far.",
+            },
             "alarm": {
                 "oneOf": [
                     {"type": "null"},

@@ -93,7 +93,8 @@ def error_dict(error: EntryError, *, with_traceback: bool = False) -> dict[str, 
 
 def queue_dict(queue: Queue, view: QueueView) -> dict[str, Any]:
     """A queue, its counts per state (stored and inferred), the counts of corruption, its oldest
-    waiting entry and its alarm, from the operator snapshot."""
+    waiting entry, its alarm and the entries compaction merged away, from the operator
+    snapshot."""
     return {
         "name": queue.name,
         "weight": queue.weight,
@@ -111,4 +112,5 @@ def queue_dict(queue: Queue, view: QueueView) -> dict[str, Any]:
             if view.alarm is not None
             else None
         ),
+        "merged": view.merged,
     }

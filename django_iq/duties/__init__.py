@@ -3,6 +3,7 @@
 ``default_duties()``."""
 
 from django_iq.duties.base import Duty, Fence
+from django_iq.duties.compaction import CompactionDuty
 from django_iq.duties.cron import CronDuty, CronPass
 from django_iq.duties.promotion import PromotionDuty
 from django_iq.duties.pruning import PruningDuty
@@ -12,10 +13,18 @@ from django_iq.duties.vacuum import VacuumDuty, VacuumPass
 
 def default_duties() -> list[Duty]:
     """The duties of ``runleader``, in the order each pass runs them."""
-    return [PromotionDuty(), CronDuty(), RecoveryDuty(), PruningDuty(), VacuumDuty()]
+    return [
+        PromotionDuty(),
+        CronDuty(),
+        RecoveryDuty(),
+        CompactionDuty(),
+        PruningDuty(),
+        VacuumDuty(),
+    ]
 
 
 __all__ = [
+    "CompactionDuty",
     "CronDuty",
     "CronPass",
     "Duty",

@@ -1,6 +1,6 @@
 """Argument types of the commands (argparse ``type=``): numbers that are whole or finite and in
 range, so that ``nan``, ``inf`` or a huge number is refused on the command line, not deep in a
-thread."""
+thread; and filter values that must not be empty."""
 
 from __future__ import annotations
 
@@ -55,3 +55,10 @@ def seconds(
 
 
 positive_int = whole(1)
+
+
+def non_empty(value: str) -> str:
+    """A filter value (argparse ``type=``): an empty one would match everything."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value.strip()

@@ -8,6 +8,7 @@ import difflib
 from collections.abc import Sequence
 from datetime import datetime
 
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from django_iq.models import Queue
@@ -65,6 +66,7 @@ def render_text(status: Snapshot) -> str:
                 "yes" if q.stats.is_paused else "no",
                 *(q.counts[name] for name in COUNTED_STATES),
                 format_seconds(q.oldest_waiting_seconds),
+                q.merged,
                 "ok" if q.stats.is_consistent else "BROKEN",
                 q.alarm.reason if q.alarm is not None else "-",
             ]
@@ -76,6 +78,7 @@ def render_text(status: Snapshot) -> str:
                 "",
                 *(totals[name] for name in COUNTED_STATES),
                 "",
+                status.merged,
                 "ok" if status.invariant_holds else "BROKEN",
                 "",
             ]
@@ -85,6 +88,7 @@ def render_text(status: Snapshot) -> str:
             "PAUSED",
             *(">" + state.upper() for state in COUNTED_STATES),
             ">OLDEST WAITING",
+            ">MERGED",
             "INVARIANT",
             "ALARM",
         ]
@@ -183,6 +187,13 @@ def known_queues() -> list[str]:
     """Queue names an operator may give: those in the database and those declared."""
     names = set(Queue.objects.values_list("name", flat=True)) | set(declared_queues())
     return sorted(names)
+
+
+def refuse_unknown_queues(names: Sequence[str] | None) -> None:
+    """Raise ``CommandError`` naming each of ``names`` that is no known queue."""
+    message = unknown_queue_message(names) if names else None
+    if message:
+        raise CommandError(message)
 
 
 def unknown_queue_message(names: Sequence[str]) -> str | None:

@@ -19,8 +19,9 @@ from django_iq.dbconn import reachable
 from django_iq.exceptions import InvalidJobArguments, QueueNotFound
 from django_iq.limits import resolve_run_at
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
+from django_iq.managers.compaction import EntryCompactionManager
 from django_iq.managers.dependencies import PARENT_FAILED
-from django_iq.managers.outcomes import EntryOutcomeManager, Failure
+from django_iq.managers.outcomes import Failure
 from django_iq.options import JobCatalog, JobLimits, JobOptions
 from django_iq.queries import (
     COPY_ENQUEUE_MIN_ROWS,
@@ -118,9 +119,9 @@ class EntryQuerySet(models.QuerySet["Entry"]):
         return self.initial().filter(run_at__lte=now)
 
 
-class EntryManager(EntryOutcomeManager):
+class EntryManager(EntryCompactionManager):
     """State changes of entries, plus the queryset's state filters. The outcomes of runs
-    (complete, complete_many, fail) are in ``outcomes.py``."""
+    (complete, complete_many, fail) are in ``outcomes.py``, compaction in ``compaction.py``."""
 
     def get_queryset(self) -> EntryQuerySet:
         return EntryQuerySet(self.model, using=self._db)
@@ -159,8 +160,11 @@ class EntryManager(EntryOutcomeManager):
         options: JobOptions,
         now: datetime,
         run_at: datetime,
+        group_key: str | None = None,
     ) -> Entry:
-        """Build an unsaved entry from arguments already checked by ``validate_arguments``."""
+        """Build an unsaved entry from arguments already checked by ``validate_arguments``;
+        ``group_key`` (taken from the call) replaces the options' one."""
+        group_key = group_key if group_key is not None else options.group_key
         values = {
             "queue_id": options.queue_name,
             "job_name": job_name,
@@ -168,8 +172,8 @@ class EntryManager(EntryOutcomeManager):
             "kwargs": kwargs,
             "priority": options.effective_priority,
             "state": EntryState.INITIAL if run_at > now else EntryState.PENDING,
-            "group_key": options.group_key,
-            "lock_key": lock_key_for(options.group_key),
+            "group_key": group_key,
+            "lock_key": lock_key_for(group_key),
             "run_at": run_at,
             "max_attempts": options.effective_max_attempts,
             "enqueued_at": now,
@@ -209,12 +213,14 @@ class EntryManager(EntryOutcomeManager):
         *,
         jobs: JobCatalog | None = None,
         results: Sequence[Result] = (),
+        group_keys: Sequence[str | None] = (),
     ) -> list[Entry]:
         """Validate every call first, then insert them in batches of 1,000, in one transaction.
 
         The queue must exist or be declared (in settings, or by one of ``jobs``: the registry
         passes itself). ``results`` are unsaved ``Result`` rows, one per call, written with the
-        entries (Django Tasks backend).
+        entries (Django Tasks backend). ``group_keys``, one per call, are the group keys taken
+        from the calls (``@job(group_by=...)``), in place of the options' one.
 
         On PostgreSQL a batch is one statement (see ``queries.enqueue_in_one_statement``): a
         single enqueue costs one round trip, and each pending entry notifies the workers
@@ -233,8 +239,10 @@ class EntryManager(EntryOutcomeManager):
                 ) from None
             validated.append(validate_arguments(args, kwargs))
         run_at = resolve_run_at(options.run_at, now)
+        keys = list(group_keys) or [None] * len(validated)
         entries = [
-            self._build(job_name, args, kwargs, options, now, run_at) for args, kwargs in validated
+            self._build(job_name, args, kwargs, options, now, run_at, key)
+            for (args, kwargs), key in zip(validated, keys, strict=True)
         ]
         for entry, result in zip(entries, results, strict=False):
             entry.result_id = result.pk

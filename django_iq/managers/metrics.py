@@ -29,6 +29,8 @@ class QueueTally:
     done: int = 0
     failed: int = 0
     busy_seconds: float = 0.0
+    # Waiting entries merged away by compaction.
+    merged: int = 0
     # Jobs at or under each bound of DURATION_BUCKETS_SECONDS (cumulative, as Prometheus wants).
     buckets: list[int] = field(default_factory=list)
 
@@ -36,7 +38,7 @@ class QueueTally:
 class QueueMinuteManager(models.Manager["QueueMinute"]):
     def record(self, tallies: dict[tuple[str, datetime], QueueTally]) -> None:
         """Add ``tallies`` ((queue, minute) -> counts) to the per-minute rows and the totals,
-        in one transaction."""
+        in one transaction (a savepoint inside the caller's)."""
         if not tallies:
             return
         db = router.db_for_write(self.model)
@@ -47,6 +49,7 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
                 "done": t.done,
                 "failed": t.failed,
                 "busy_seconds": t.busy_seconds,
+                "merged": t.merged,
             }
             for (queue, minute), t in tallies.items()
         ]
@@ -54,12 +57,13 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
         for (queue, _), tally in tallies.items():
             row = totals.setdefault(
                 queue,
-                {"queue": queue, "done": 0, "failed": 0, "busy_seconds": 0.0}
+                {"queue": queue, "done": 0, "failed": 0, "busy_seconds": 0.0, "merged": 0}
                 | dict.fromkeys(BUCKET_FIELDS, 0),
             )
             row["done"] += tally.done
             row["failed"] += tally.failed
             row["busy_seconds"] += tally.busy_seconds
+            row["merged"] += tally.merged
             for name, count in zip(BUCKET_FIELDS, tally.buckets, strict=False):
                 row[name] += count
         with transaction.atomic(using=db):
@@ -100,6 +104,11 @@ class QueueTotalManager(models.Manager["QueueTotal"]):
     def by_queue(self, queues: Iterable[str] | None = None) -> dict[str, QueueTotal]:
         rows = self.all() if queues is None else self.filter(queue__in=list(queues))
         return {row.queue: row for row in rows}
+
+    def merged_by_queue(self, queues: Iterable[str] | None = None) -> dict[str, int]:
+        """Entries merged away by compaction per queue, since each queue's first."""
+        rows = self.all() if queues is None else self.filter(queue__in=list(queues))
+        return dict(rows.values_list("queue", "merged"))
 
 
 MINUTE_SECONDS = 60

@@ -89,7 +89,9 @@ def test_second_signal_stops_at_once_with_exit_code_one(tmp_path: Path) -> None:
     assert not JobRun.objects.filter(token="stuck").exists()
     lock = GroupLock.objects.get()
     assert lock.worker is None, "a worker that stops at once leaves its locks orphaned for recovery"
-    assert Entry.objects.computing().count() == 1
+    # Its entry is pending under a lock no live worker holds: not computing, until recovery.
+    assert Entry.objects.locked_by_dead_workers().count() == 1
+    assert Entry.objects.computing().count() == 0
 
 
 def test_burst_exits_zero_when_nothing_is_claimable() -> None:

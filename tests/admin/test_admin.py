@@ -46,6 +46,7 @@ from tests.factories import (
     ResultFactory,
     WorkerFactory,
 )
+from tests.testapp.jobs import invalidate
 
 pytestmark = pytest.mark.django_db
 
@@ -304,6 +305,13 @@ class ActionCase:
         return f"{self.model.__name__}.{self.action}"
 
 
+def mergeable_group() -> list[Model]:
+    """The default queue, holding two waiting entries of a group that compaction merges."""
+    invalidate.enqueue("o1", [1])
+    invalidate.enqueue("o1", [2])
+    return [Queue.objects.get(name="default")]
+
+
 def disabled_job_entry() -> Entry:
     DisabledJobFactory(job_name="tests.testapp.jobs.record")
     entry: Entry = EntryFactory(disabled=True, job_name="tests.testapp.jobs.record")
@@ -315,6 +323,14 @@ def _fresh(obj: Model) -> Any:
 
 
 ACTIONS = [
+    ActionCase(
+        Queue,
+        "compact_queues",
+        ("pause_queue",),
+        mergeable_group,
+        lambda objs: Entry.objects.filter(job_name=invalidate.name).count() == 1,
+        CHANGE,
+    ),
     ActionCase(
         Queue,
         "pause_queues",
@@ -426,6 +442,7 @@ ACTIONS = [
 WITHOUT = {
     "pause_queues": ("change_queue",),
     "resume_queues": ("change_queue",),
+    "compact_queues": ("change_queue",),
     "cancel_entries": ("change_entry",),
     "requeue_errors": ("change_entryerror", "delete_entryerror"),
     "requeue_matching": ("change_entryerror", "delete_entryerror"),

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_iq.managers import QueueManager
-from django_iq.models import OperatorAction, Queue
+from django_iq.models import Entry, OperatorAction, Queue
 from tests.admin.test_admin import (
     change_url,
     changelist_url,
@@ -25,6 +25,7 @@ from tests.admin.test_admin import (
     run_action,
 )
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
+from tests.testapp.jobs import invalidate
 
 pytestmark = pytest.mark.django_db
 
@@ -246,3 +247,30 @@ def test_queues_cannot_be_deleted_from_the_admin(client: Client) -> None:
 
     assert response.status_code == 403
     assert Queue.objects.filter(pk=queue.pk).exists()
+
+
+def test_compact_merges_the_selected_queues_and_shows_the_merged_count(client: Client) -> None:
+    for n in range(3):
+        invalidate.enqueue("o1", [n])
+    invalidate.using(queue="emails").enqueue("o1", [7])
+    invalidate.using(queue="emails").enqueue("o1", [8])
+    login_superuser(client)
+
+    response = run_action(client, Queue, "compact_queues", [Queue.objects.get(name="default")])
+
+    (merged,) = Entry.objects.filter(queue_id="default")
+    assert messages_of(response) == [
+        "Compacted 1 group (2 entries merged away): "
+        f"{invalidate.name} default 'o1' (3 entries into entry {merged.pk})."
+    ]
+    assert Entry.objects.filter(queue_id="emails").count() == 2, "only the selected queues"
+    (audit,) = OperatorAction.objects.all()
+    assert (audit.door, audit.action, audit.target, audit.done) == (
+        "admin",
+        "compact",
+        "queues default",
+        1,
+    )
+    assert [e.object_repr for e in log_entries(CHANGE)] == ["default"]
+    listing = client.get(changelist_url(Queue))
+    assert column(listing, "merged") == ["2", "0"]

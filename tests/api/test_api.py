@@ -598,6 +598,7 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
         "oldest_waiting_enqueued_at": iso(oldest.enqueued_at),
         "alert_waiting_seconds": 300,
         "alarm": None,
+        "merged": 0,
     }
     assert by_name["reports"] == {
         "name": "reports",
@@ -623,6 +624,7 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
         "oldest_waiting_seconds": None,
         "alert_waiting_seconds": 300,
         "alarm": None,
+        "merged": 0,
     }
 
 

@@ -145,6 +145,7 @@ def test_status_json_keys_are_stable() -> None:
         "invariant_holds",
         "leader",
         "leader_live",
+        "merged",
         "problems",
         "queues",
         "totals",
@@ -159,6 +160,7 @@ def test_status_json_keys_are_stable() -> None:
         "is_paused",
         "locked_by_dead_workers",
         "locks_without_entries",
+        "merged",
         "name",
         "oldest_waiting_enqueued_at",
         "oldest_waiting_seconds",
@@ -204,6 +206,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "FAILED",
         "OLDEST",
         "WAITING",
+        "MERGED",
         "INVARIANT",
         "ALARM",
     ]
@@ -218,6 +221,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "2",
         "2",
         "2h00m",
+        "0",
         "ok",
         "-",
     ]
@@ -232,10 +236,11 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "1",
         "1",
         "3d00h",
+        "0",
         "ok",
         "-",
     ]
-    assert lines[header + 3].split() == ["(total)", "1", "4", "1", "0", "1", "3", "3", "ok"]
+    assert lines[header + 3].split() == ["(total)", "1", "4", "1", "0", "1", "3", "3", "0", "ok"]
     # Numbers are right-aligned: every row ends its PENDING column at the same place.
     end = lines[header].index("PENDING") + len("PENDING")
     assert {lines[header + i][end - 1] for i in range(1, 4)} == {"3", "1", "4"}

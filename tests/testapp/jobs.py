@@ -220,3 +220,60 @@ def step(token: str, seconds: float = 0.0, fail: bool = False) -> str:
     if fail:
         raise ValueError(f"step {token} failed")
     return token
+
+
+@job(group_by="obj_id")
+def refresh_field(obj_id: int, field: str = "name") -> str:
+    """Grouped by its ``obj_id`` argument; not merged."""
+    return f"{obj_id}:{field}"
+
+
+@job(group_by=lambda args, kwargs: f"{kwargs['kind']}-{kwargs['pk']}")
+def refresh_by_callable(kind: str, pk: int) -> str:
+    """Grouped by a key its callable makes from the call."""
+    return f"{kind}-{pk}"
+
+
+def union_ids(calls: list[dict]) -> dict:
+    """Fold calls of ``invalidate``: one call with the union of their ids."""
+    ids: set[int] = set()
+    for call in calls:
+        ids.update(call["ids"])
+    return {"obj_id": calls[0]["obj_id"], "ids": sorted(ids), "seconds": calls[0]["seconds"]}
+
+
+@job(group_by="obj_id", merge=union_ids, max_attempts=5)
+def invalidate(obj_id: str, ids: list[int], seconds: float = 0.0) -> list[int]:
+    """Process ``ids`` of object ``obj_id``: one JobRun per id (its token is unique, so an id
+    processed twice fails loudly), each with the run's start and end."""
+    started = time.time()
+    if seconds:
+        time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
+    finished = time.time()
+    JobRun.objects.bulk_create(
+        [
+            JobRun(
+                token=f"id:{id_}",
+                group_key=obj_id,
+                started_at=started,
+                finished_at=finished,
+                pid=os.getpid(),
+            )
+            for id_ in ids
+        ]
+    )
+    return ids
+
+
+def broken_fold(calls: list[dict]) -> dict:
+    raise ValueError("cannot fold these")
+
+
+@job(group_by="obj_id", merge=broken_fold)
+def unfoldable(obj_id: str, ids: list[int]) -> None:
+    """Its fold always raises: compaction must leave its groups alone."""
+
+
+@job(group_by="obj_id", merge=lambda calls: {"obj_id": calls[0]["obj_id"], "ids": {1, 2}})
+def folds_to_a_set(obj_id: str, ids: list[int]) -> None:
+    """Its fold returns a set, which JSON cannot store."""

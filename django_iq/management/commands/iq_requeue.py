@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_iq import operations
-from django_iq.management.argtypes import positive_int
+from django_iq.management.argtypes import non_empty, positive_int
 from django_iq.management.output import unknown_queue_message
 from django_iq.models import EntryError
 from django_iq.wording import plural
@@ -16,13 +16,6 @@ from django_iq.wording import plural
 FILTERS = {"job": "--job", "exception": "--exception", "queue": "--queue"}
 # The EntryError field each filter matches, as EntryError.objects.requeue_matching does.
 FIELDS = {"job": "job_name", "exception": "exception_class", "queue": "queue_id"}
-
-
-def non_empty(value: str) -> str:
-    """A filter value (argparse ``type=``): an empty one would match every failed entry."""
-    if not value.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
-    return value.strip()
 
 
 def failed_entries(count: int) -> str:

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq.management.argtypes import seconds
-from django_iq.management.output import render_text, split_names, unknown_queue_message
+from django_iq.management.output import refuse_unknown_queues, render_text, split_names
 from django_iq.snapshot import Snapshot, read_snapshot
 
 DEFAULT_WATCH_SECONDS = 2.0
@@ -80,10 +80,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues: list[str] | None = options["queues"]
-        if queues:
-            message = unknown_queue_message(queues)
-            if message:
-                raise CommandError(message)
+        refuse_unknown_queues(queues)
         interval: float | None = options["watch"]
         if interval is None:
             status = self._read(queues)
