@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -23,6 +24,7 @@ from tests.testapp.jobs import (
     overruns,
     overruns_async,
     record,
+    wait_for_file,
 )
 from tests.testapp.models import JobRun, RecordedRun
 
@@ -68,14 +70,14 @@ def test_using_timeout_overrides_the_jobs_and_is_stored_with_the_entry() -> None
 
 
 @override_settings(DJANGO_IQ={"DEFAULT_TIMEOUT_SECONDS": 0.3})
-def test_default_timeout_seconds_applies_to_jobs_without_one() -> None:
-    record.enqueue("default-timeout", seconds=0)
-    entry = record.enqueue("too-slow", seconds=0)
-    Entry.objects.filter(pk=entry.pk).update(kwargs={"seconds": 5})
+def test_default_timeout_seconds_applies_to_jobs_without_one(tmp_path: Path) -> None:
+    record.enqueue("default-timeout")
+    # A job without a timeout of its own, polling for a file that never comes.
+    wait_for_file.using(max_attempts=1).enqueue("too-slow", str(tmp_path / "never"), 30.0)
 
     assert WorkerProcess(burst=True, processing_threads=1).run(install_signal_handlers=False) == 0
 
-    assert [row[1] for row in errors(record.name)] == [TIMEOUT, TIMEOUT, TIMEOUT]
+    assert errors(wait_for_file.name) == [(1, TIMEOUT, True)]
     assert JobRun.objects.filter(token="default-timeout").exists()
 
 
