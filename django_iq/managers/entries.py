@@ -546,10 +546,12 @@ class EntryManager(EntryCompactionManager):
                 limit = min(limit, queue_row["max_concurrency"] - running)
                 if limit <= 0:
                     return []
+            rated = False  # a rate-limited job's claims record their starts
             if limited is not None:
                 # After the queue row, like every claim of a capped queue: one lock order.
                 node = worker.host if worker is not None else None
-                limit = min(limit, iq.JobLimit.objects.room(db, limited[0], node, limited[1]))
+                room, rated = iq.JobLimit.objects.room(db, limited[0], node, limited[1])
+                limit = min(limit, room)
                 if limit <= 0:
                     return []
             # After the queue row: a claim waiting for a capped queue does not hold its
@@ -574,7 +576,7 @@ class EntryManager(EntryCompactionManager):
                 first_entry.setdefault(entry.lock_key, entry.pk)
             job_name = limited[0] if limited is not None else None
             taken = insert_group_locks(db, first_entry, queue, worker_id, job_name)
-            if job_name is not None:
+            if job_name is not None and rated:
                 started = sum(entry.lock_key in taken for entry in candidates)
                 iq.JobLimit.objects.record_starts(db, job_name, started)
         claims = {}

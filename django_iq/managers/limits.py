@@ -56,11 +56,12 @@ class JobLimitManager(models.Manager["JobLimit"]):
             if gone:
                 self.using(db).filter(job_name__in=gone).delete()
 
-    def room(self, using: str, job_name: str, node: str | None, own: JobLimits) -> int:
+    def room(self, using: str, job_name: str, node: str | None, own: JobLimits) -> tuple[int, bool]:
         """How many entries of ``job_name`` a claim may take now, in the caller's transaction:
         lock the job's row (so claims of the job count one at a time), then count its running
-        claims (in the cluster, and on ``node``) and its starts within the rate window. The
-        caller's own limits stand in for a row not written yet."""
+        claims (in the cluster, and on ``node``) and its starts within the rate window. Return
+        the room and whether the job has a rate limit (its claims then record their starts).
+        The caller's own limits stand in for a row not written yet."""
         row = self.using(using).select_for_update().filter(job_name=job_name).first()
         if row is None:
             self.publish({job_name: own})
@@ -76,7 +77,7 @@ class JobLimitManager(models.Manager["JobLimit"]):
         if limits.rate_count is not None and limits.rate_period_seconds is not None:
             recent = self._starts(using, job_name, limits.rate_period_seconds)
             room = min(room, limits.rate_count - recent)
-        return max(0, room)
+        return max(0, room), limits.rate_count is not None
 
     def _starts(self, using: str, job_name: str, period_seconds: float) -> int:
         """Starts of the job within the last period, by the database's clock; older ones go."""
@@ -87,7 +88,7 @@ class JobLimitManager(models.Manager["JobLimit"]):
 
     def record_starts(self, using: str, job_name: str, count: int) -> None:
         """Count ``count`` starts of a rate-limited job now, in the claim's transaction."""
-        if count <= 0 or not self.using(using).filter(job_name=job_name, rate_count__gt=0).exists():
+        if count <= 0:
             return
         now = self._db_now(using, job_name)
         iq.JobStart.objects.using(using).bulk_create(
