@@ -19,7 +19,6 @@ from django.utils.module_loading import autodiscover_modules
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.exceptions import (
-    InvalidJobArguments,
     InvalidJobOptions,
     JobNotRegistered,
     JobTimeout,
@@ -35,6 +34,7 @@ from django_iq.options import (
     validate_priority,
     validate_run_at,
 )
+from django_iq.serialization import call_pair
 
 if TYPE_CHECKING:
     from django_iq.models import Entry
@@ -163,26 +163,12 @@ class BoundJob:
         # A group key per call, each found before anything is written.
         listed = list(calls)
         keys = [
-            group_key_of(self.job.func, group_by, *_call_pair(index, call))
+            group_key_of(self.job.func, group_by, *call_pair(index, call))
             for index, call in enumerate(listed)
         ]
         return iq.Entry.objects.enqueue_many(
             self.job.name, listed, options, jobs=catalog, group_keys=keys
         )
-
-
-def _call_pair(index: int, call: Any) -> tuple[Sequence[Any], dict[str, Any]]:
-    try:
-        args, kwargs = call
-    except (TypeError, ValueError):
-        raise InvalidJobArguments(
-            f"Call {index} must be an (args, kwargs) pair, got {call!r:.80}."
-        ) from None
-    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
-        raise InvalidJobArguments(
-            f"Call {index} must be an (args, kwargs) pair of a list and a dict, got {call!r:.80}."
-        )
-    return args, kwargs
 
 
 def job(func: Callable[P, R] | None = None, *, name: str | None = None, **options: Any) -> Any:

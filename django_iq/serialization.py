@@ -113,3 +113,19 @@ def validate_arguments(
 def encode_result(value: Any) -> Any:
     """Return ``value`` as JSON-storable data or raise ``InvalidJobArguments`` for a job's result."""
     return json.loads(json.dumps(_check(value, "result"), allow_nan=False))
+
+
+def call_pair(index: int, call: Any) -> tuple[Sequence[Any], dict[str, Any]]:
+    """Call ``index`` of a batch as an ``(args, kwargs)`` pair of a list and a dict, or
+    ``InvalidJobArguments`` naming it."""
+    try:
+        args, kwargs = call
+    except (TypeError, ValueError):
+        raise InvalidJobArguments(
+            f"Call {index} must be an (args, kwargs) pair, got {call!r:.80}."
+        ) from None
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+        raise InvalidJobArguments(
+            f"Call {index} must be an (args, kwargs) pair of a list and a dict, got {call!r:.80}."
+        )
+    return args, kwargs

@@ -16,7 +16,7 @@ from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.dbconn import reachable
-from django_iq.exceptions import InvalidJobArguments, QueueNotFound
+from django_iq.exceptions import QueueNotFound
 from django_iq.limits import resolve_run_at
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
 from django_iq.managers.compaction import EntryCompactionManager
@@ -34,7 +34,7 @@ from django_iq.queries import (
     supports_single_statement_claim,
     supports_single_statement_enqueue,
 )
-from django_iq.serialization import validate_arguments
+from django_iq.serialization import call_pair, validate_arguments
 from django_iq.states import WAITING, EntryState, lock_key_for
 
 if TYPE_CHECKING:
@@ -229,15 +229,9 @@ class EntryManager(EntryCompactionManager):
         now = timezone.now()
         db = router.db_for_write(self.model)
         # Every call is validated before anything is written: a refused enqueue writes nothing.
-        validated = []
-        for index, call in enumerate(calls):
-            try:
-                args, kwargs = call
-            except (TypeError, ValueError):
-                raise InvalidJobArguments(
-                    f"Call {index} must be an (args, kwargs) pair, got {call!r:.80}."
-                ) from None
-            validated.append(validate_arguments(args, kwargs))
+        validated = [
+            validate_arguments(*call_pair(index, call)) for index, call in enumerate(calls)
+        ]
         run_at = resolve_run_at(options.run_at, now)
         keys = list(group_keys) or [None] * len(validated)
         entries = [
