@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "metrics",
             "process",
             "processing",
+            "reloading",
             "scheduling",
             "supervisor",
             "timeouts",

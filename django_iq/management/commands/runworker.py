@@ -15,6 +15,7 @@ from django_iq.management.argtypes import seconds, whole
 from django_iq.management.logconfig import configure_logging
 from django_iq.models import Entry, Queue
 from django_iq.registry import catalog
+from django_iq.reloading import run_with_reload
 from django_iq.supervisor import run_supervisor
 from django_iq.worker import WorkerProcess
 
@@ -33,6 +34,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--burst", action="store_true", help="Exit 0 once nothing is claimable."
+        )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Development: start the worker again when a Python file it loaded changes "
+            "(Django's autoreloader), after a graceful stop. One process; not with --burst, "
+            "--processes or recycling.",
         )
         parser.add_argument(
             "--name", help="Node name prefix (default: host name); the pid is appended."
@@ -60,6 +68,23 @@ class Command(BaseCommand):
         if options["queues"] is not None and not queues:
             raise CommandError("--queues needs at least one queue name.")
         grace = options["shutdown_grace_seconds"]
+        recycled = options["max_jobs_per_child"] or options["max_memory_per_child"]
+        if options["reload"]:
+            clashing = [
+                flag
+                for flag, given in (
+                    ("--burst", options["burst"]),
+                    ("--processes", options["processes"] > 1),
+                    ("--max-jobs-per-child", options["max_jobs_per_child"]),
+                    ("--max-memory-per-child", options["max_memory_per_child"]),
+                )
+                if given
+            ]
+            if clashing:
+                raise CommandError(
+                    f"--reload runs one worker process; it cannot be combined with "
+                    f"{', '.join(clashing)}."
+                )
         if options["verbosity"] >= 1:
             configure_logging(logging.DEBUG if options["verbosity"] >= 3 else logging.INFO)
         for name in queues or []:
@@ -83,8 +108,9 @@ class Command(BaseCommand):
             "max_jobs": options["max_jobs_per_child"],
             "max_memory_mb": options["max_memory_per_child"],
         }
-        recycled = options["max_jobs_per_child"] or options["max_memory_per_child"]
-        if options["processes"] > 1 or recycled:
+        if options["reload"]:
+            code = run_with_reload(lambda: WorkerProcess(**worker_options))
+        elif options["processes"] > 1 or recycled:
             code = run_supervisor(
                 processes=options["processes"], burst=options["burst"], **worker_options
             )

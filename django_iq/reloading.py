@@ -1,0 +1,144 @@
+"""``runworker --reload``: run one worker under Django's autoreloader, for development.
+
+As with ``runserver``, a parent process starts the worker in a child and starts it again
+whenever the child exits with ``RELOAD_EXIT``. The child watches the Python files it has
+loaded (jobs modules included) with Django's reloader; when one changes it stops its worker
+the graceful way, as SIGTERM would (running jobs finish, claims not started are released, the
+``Worker`` row is marked stopped), and only then exits for the reload. A worker that failed to
+start (a syntax error in a jobs module) keeps watching and starts again once a file changes.
+
+The parent forwards SIGTERM and SIGINT to the child, which runs in its own session: a
+terminal's Ctrl-C reaches the child once, through the parent, and is a graceful stop. A child
+whose parent is gone (killed with SIGKILL) stops its worker the same way and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from django.utils import autoreload
+
+from django_iq.process import STOP_SIGNALS
+from django_iq.registry import autodiscover
+from django_iq.worker import WorkerProcess
+
+logger = logging.getLogger("django_iq.worker")
+
+# The child's exit status that asks the parent for a fresh child (Django's own convention).
+RELOAD_EXIT = 3
+# The child's status when its worker could not start and it stopped before any file changed.
+EXIT_FAILED_START = 1
+# How often the child looks whether its parent is still there.
+PARENT_CHECK_SECONDS = 1.0
+
+
+def run_with_reload(make_worker: Callable[[], WorkerProcess]) -> int:
+    """Run the worker ``make_worker()`` builds, starting it afresh on every code change;
+    return the exit status of the last worker."""
+    if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
+        return _child(make_worker)
+    return _parent()
+
+
+def _parent() -> int:
+    arguments = autoreload.get_child_arguments()
+    environ = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
+    while True:
+        # The arguments are this process's own command line, as Django's runserver uses them.
+        child = subprocess.Popen(  # noqa: S603
+            arguments, env=environ, close_fds=False, start_new_session=True
+        )
+
+        def forward(signum: int, frame: FrameType | None, child: Any = child) -> None:
+            child.send_signal(signum)
+
+        previous = {signum: signal.signal(signum, forward) for signum in STOP_SIGNALS}
+        try:
+            code = child.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if code != RELOAD_EXIT:
+            return code
+
+
+class _Reload:
+    """The child's side: the worker in a thread, the reloader in the main thread."""
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self.worker = worker
+        self.reloader = autoreload.get_reloader()
+        self.changed: str | None = None
+        self.codes: list[int] = []
+        self.thread = threading.Thread(target=self._run_worker, name="iq-worker", daemon=True)
+        self._lock = threading.Lock()
+        self._parent = os.getppid()
+
+    def _run_worker(self) -> None:
+        try:
+            # A module that fails to import is watched too (Django's ``check_errors``).
+            autoreload.check_errors(
+                lambda: self.codes.append(self.worker.run(install_signal_handlers=False))
+            )()
+        except BaseException:
+            logger.exception(
+                "the worker failed to start; it starts again when a watched file changes"
+            )
+        finally:
+            with self._lock:
+                # A clean stop ends the reloader; a failed start waits for a change.
+                if self.codes or self.changed is not None or self.worker.stopping.is_set():
+                    self.reloader.stop()
+
+    def _watch_parent(self) -> None:
+        while self.thread.is_alive() or not self.reloader.should_stop:
+            time.sleep(PARENT_CHECK_SECONDS)  # a parent's death sends no event to wait on
+            if os.getppid() != self._parent:
+                logger.warning("the reloading parent is gone: stopping the worker")
+                with self._lock:
+                    self.worker.stop()
+                    if not self.thread.is_alive():
+                        self.reloader.stop()
+                return
+
+    def on_file_changed(self, sender: Any, file_path: Any, **kwargs: Any) -> bool:
+        with self._lock:
+            if self.changed is None:
+                logger.info("%s changed: stopping the worker to start it again", file_path)
+            self.changed = str(file_path)
+            self.worker.stop()
+            if not self.thread.is_alive():
+                self.reloader.stop()
+        return True  # the reload waits for the worker to have stopped
+
+    def run(self) -> int:
+        autoreload.file_changed.connect(self.on_file_changed, weak=False)
+        try:
+            # Signals reach the main thread only: SIGTERM / SIGINT stop the worker there.
+            self.worker.install_signal_handlers()
+            # The jobs modules are loaded before the reloader's first look at the files, so a
+            # change made just after the start is not taken for the first version.
+            with contextlib.suppress(Exception):
+                autoreload.check_errors(autodiscover)()
+            self.thread.start()
+            threading.Thread(target=self._watch_parent, name="iq-parent", daemon=True).start()
+            self.reloader.run(self.thread)
+            self.thread.join()
+        finally:
+            autoreload.file_changed.disconnect(self.on_file_changed)
+        if self.changed is not None:
+            return RELOAD_EXIT
+        return self.codes[0] if self.codes else EXIT_FAILED_START
+
+
+def _child(make_worker: Callable[[], WorkerProcess]) -> int:
+    return _Reload(make_worker()).run()
