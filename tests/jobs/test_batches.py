@@ -18,7 +18,7 @@ from django_iq.exceptions import (
 )
 from django_iq.models import Batch, Entry, EntryDependency, EntryError
 from django_iq.worker import WorkerProcess
-from tests.testapp.jobs import batch_done, batch_member, noop, record, step
+from tests.testapp.jobs import batch_done, batch_member, noop, record, refresh_account, step
 from tests.testapp.models import RecordedRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -164,6 +164,28 @@ def test_the_members_of_a_committed_outer_transaction_run_then_the_callback() ->
     drain()
 
     assert callback_runs(b.id) == ["4/1"]
+
+
+def test_a_task_enqueued_through_the_tasks_backend_is_a_member() -> None:
+    from tests.testapp import tasks
+
+    with django_iq.batch(on_complete=batch_done) as b:
+        result = tasks.add.enqueue(2, 3)
+    assert Entry.objects.get(result_id=result.id).batch_id == b.id
+
+    drain()
+
+    assert callback_runs(b.id) == ["1/0"]
+
+
+def test_a_unique_jobs_duplicate_does_not_join_the_batch() -> None:
+    first = refresh_account.enqueue(7)
+    with django_iq.batch(on_complete=batch_done) as b:
+        again = refresh_account.enqueue(7)
+        fresh = refresh_account.enqueue(8)
+
+    assert again.is_duplicate and again.pk == first.pk and again.batch_id is None
+    assert fresh.batch_id == b.id and Batch.objects.get(pk=b.id).total == 1
 
 
 def test_a_batch_inside_a_batch_is_refused() -> None:
