@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, router, transaction
@@ -156,6 +157,20 @@ class BatchManager(models.Manager["Batch"]):
             iq.EntryDependency.objects.release(db, Counter({batch.callback_id: 1}), now)
 
         atomic_retrying(db, write, "close batch")
+
+    def prune(self, older_than: datetime, batch_size: int) -> int:
+        """Delete up to ``batch_size`` batches whose callback entry is gone (it succeeded,
+        failed for good or was cancelled) and that completed (or, never run, closed) before
+        ``older_than``. A batch whose block never closed, or whose callback waits, stays."""
+        ended = Coalesce("completed_at", "closed_at")
+        callback = iq.Entry.objects.filter(pk=OuterRef("callback_entry_id"))
+        ids = list(
+            self.annotate(ended_at=ended)
+            .filter(ended_at__lt=older_than)
+            .exclude(Exists(callback))
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        return self.filter(pk__in=ids).delete()[0] if ids else 0
 
     def callback_kwargs(self, entry: Entry) -> dict[str, Any] | None:
         """The keyword arguments a batch's callback entry runs with: its own, with the batch's

@@ -80,7 +80,7 @@ def test_a_batch_of_a_thousand_calls_back_once_across_worker_processes() -> None
 
 
 def test_a_batch_calls_back_once_while_workers_are_killed_and_recovered() -> None:
-    batch_id = enqueue_batch(seconds=0.02)
+    batch_id = enqueue_batch(seconds=0.05)
     leader = start_command("runleader")
     workers = [start_command("runworker", "--threads", "3") for _ in range(3)]
     killed: list[int] = []
