@@ -117,6 +117,21 @@ def test_a_member_failed_by_its_parent_counts_as_failed() -> None:
     assert callback_runs(b.id) == ["1/1"]
 
 
+def test_a_failed_callback_requeued_from_its_error_runs_with_the_counts() -> None:
+    with django_iq.batch(on_complete=batch_done, label=":broken") as b:
+        batch_member.enqueue("member")
+        batch_member.enqueue("member-fail", fail=True)
+    drain()
+    (error,) = EntryError.objects.filter(job_name=batch_done.name, is_final=True)
+    assert error.kwargs == {"label": ":broken", "batch_id": b.id, "succeeded": 1, "failed": 1}
+
+    RecordedRun.objects.create(token="repaired", pid=0, started_at=0)
+    EntryError.objects.requeue([error])
+    drain()
+
+    assert callback_runs(b.id) == ["1/1:broken"]
+
+
 def test_an_empty_batch_calls_on_complete_at_once_with_zeros() -> None:
     with django_iq.batch(on_complete=batch_done.name) as b:
         pass

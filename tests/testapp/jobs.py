@@ -291,7 +291,10 @@ def batch_member(token: str, seconds: float = 0.0, fail: bool = False) -> str:
 @job
 def batch_done(batch_id: int, succeeded: int, failed: int, label: str = "") -> str:
     """A batch's on_complete: records its run as ``batch:<id>``, the counts (and ``label``) as
-    its group key, ``succeeded/failed``."""
+    its group key, ``succeeded/failed``. With ``label=":broken"`` it fails until a run of
+    token ``repaired`` is recorded."""
+    if label == ":broken" and not RecordedRun.objects.filter(token="repaired").exists():
+        raise ValueError("the summary is broken until a 'repaired' run is recorded")
     RecordedRun.objects.create(
         token=f"batch:{batch_id}",
         group_key=f"{succeeded}/{failed}{label}",
