@@ -31,6 +31,7 @@ from django.utils import timezone
 from django_iq.appmodels import iq
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying
 from django_iq.options import JobCatalog, JobOptions
+from django_iq.queries import join_batch
 
 if TYPE_CHECKING:
     from django_iq.models import Batch, Entry  # noqa: F401  (Batch: the type argument)
@@ -117,6 +118,8 @@ class BatchManager(models.Manager["Batch"]):
         if not ids:
             return
         db = batch.using
+        if join_batch(db, batch.pk, batch.callback_id, ids):
+            return
         self.using(db).filter(pk=batch.pk).update(total=F("total") + len(ids))
         iq.EntryDependency.objects.using(db).bulk_create(
             [
