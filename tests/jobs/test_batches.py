@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 
 import django_iq
 from django_iq.exceptions import (
@@ -170,6 +170,27 @@ def test_a_rolled_back_outer_transaction_takes_the_whole_batch_with_it() -> None
 
     assert not Batch.objects.exists() and not Entry.objects.exists()
     assert not EntryDependency.objects.exists()
+
+
+def test_a_database_error_in_the_block_leaves_the_batch_to_the_rollback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with pytest.raises(DatabaseError), transaction.atomic():
+        with django_iq.batch(on_complete=batch_done):
+            batch_member.enqueue("rolled-back")
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT * FROM no_such_table")
+
+    assert not Batch.objects.exists() and not Entry.objects.exists()
+    if connection.vendor == "postgresql":  # the error aborted the transaction: no close
+        assert "not closed: its transaction is broken" in caplog.text
+
+
+def test_a_batch_has_an_id_once_its_block_is_entered() -> None:
+    block = django_iq.batch(on_complete=batch_done)
+    with pytest.raises(AttributeError, match="once its block is entered"):
+        _ = block.id
+    assert not Batch.objects.exists()
 
 
 def test_the_members_of_a_committed_outer_transaction_run_then_the_callback() -> None:
