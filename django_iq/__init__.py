@@ -1,5 +1,6 @@
 """django_iq: a database-backed job queue for Django."""
 
+from django_iq.batches import batch
 from django_iq.exceptions import Fail, JobTimeout, RetryAfter, Snooze
 from django_iq.registry import enqueue, enqueue_many, job
 
@@ -10,6 +11,7 @@ __all__ = [
     "RetryAfter",
     "Snooze",
     "__version__",
+    "batch",
     "enqueue",
     "enqueue_many",
     "job",

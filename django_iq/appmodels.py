@@ -36,6 +36,7 @@ class AppModels:
         QueueTotal: type[models.QueueTotal]
         OperatorAction: type[models.OperatorAction]
         UniqueKey: type[models.UniqueKey]
+        Batch: type[models.Batch]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

@@ -106,6 +106,11 @@ class JobTimeout(BaseException):
     a job's ``except Exception:`` does not swallow it. See docs/howto/timeouts.md."""
 
 
+class NestedBatch(IQError, RuntimeError):
+    """``django_iq.batch()`` was entered inside another batch's block: batches do not nest.
+    See docs/howto/workflows.md."""
+
+
 class ParentFailed(IQError):
     """Recorded (never raised) when an entry enqueued with ``using(after=[...])`` ends because a
     parent failed for good or was cancelled; its message names the parent. See

@@ -1,5 +1,5 @@
 """The models: Queue, Entry, GroupLock, EntryError, Worker, CronJob, LeaderLease, DisabledJob,
-Result, QueueMinute, QueueTotal, OperatorAction and UniqueKey."""
+Result, QueueMinute, QueueTotal, OperatorAction, UniqueKey, EntryDependency and Batch."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.utils import timezone
 from django_iq.indexes import PartialIndex
 from django_iq.limits import EARLIEST_RUN_AT, LATEST_RUN_AT
 from django_iq.managers import (
+    BatchManager,
     CronJobManager,
     EntryDependencyManager,
     EntryErrorManager,
@@ -116,6 +117,8 @@ class Entry(models.Model):
     timeout_seconds = models.FloatField(null=True, blank=True)
     # Parent entries (``using(after=...)``) not ended yet; the entry is ``blocked`` until 0.
     blockers = models.PositiveIntegerField(default=0, db_default=0)
+    # The Batch this entry was enqueued in (``django_iq.batch()``); NULL for most entries.
+    batch_id = models.BigIntegerField(null=True, blank=True)
 
     # Set on an entry that ``enqueue()`` returned instead of writing a new one (unique jobs).
     is_duplicate = False
@@ -167,6 +170,10 @@ class Entry(models.Model):
             models.Index(
                 fields=["job_name", "state", "queue", "-priority", "id"],
                 name="iq_entry_job_state_idx",
+            ),
+            # A batch's members still waiting or running (the admin's link from a batch).
+            PartialIndex(
+                fields=["batch_id"], where=Q(batch_id__isnull=False), name="iq_entry_batch_idx"
             ),
         ]
 
@@ -220,6 +227,34 @@ class EntryDependency(models.Model):
 
     def __str__(self) -> str:
         return f"entry {self.child_id} after entry {self.parent_id}"
+
+
+class Batch(models.Model):
+    """Entries enqueued in one ``with django_iq.batch(on_complete=...)`` block, and the entry of
+    ``on_complete`` that waits for every one of them to end (see ``managers/batches.py``)."""
+
+    on_complete = models.CharField(max_length=200)
+    # Members enqueued, and those of them that ended without success (final failure, cancel,
+    # ParentFailed), each added in the transaction that enqueued or ended them.
+    total = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    # When the block was left; NULL while it is open (the callback waits for that too).
+    closed_at = models.DateTimeField(null=True, blank=True)
+    # When the callback first ran, every member having ended.
+    completed_at = models.DateTimeField(null=True, blank=True)
+    # The callback's entry: found by id when it runs, to add the counts to its arguments.
+    callback_entry_id = models.BigIntegerField(null=True, blank=True, unique=True)
+
+    objects = BatchManager()
+
+    class Meta:
+        verbose_name_plural = "batches"
+        # The admin's list, newest first.
+        indexes = [models.Index(fields=["created_at"], name="iq_batch_created_idx")]
+
+    def __str__(self) -> str:
+        return f"batch {self.pk} ({self.on_complete})"
 
 
 class JobLimit(models.Model):

@@ -25,7 +25,7 @@ from django_iq.exceptions import (
 )
 from django_iq.limits import cut_message, format_failure
 from django_iq.managers import Claim
-from django_iq.models import Entry, GroupLock
+from django_iq.models import Batch, Entry, GroupLock
 from django_iq.options import JobOptions
 from django_iq.registry import Job, catalog, get_job
 from django_iq.timeouts import Watch, Watchdog
@@ -152,6 +152,11 @@ class Processor:
             refused = InvalidJobArguments(malformed)
             self._failed(entry, lock_id, written, job, refused, final=True)
             return None
+        if "batch_id" in entry.kwargs:
+            # Perhaps a batch's callback: it runs with the counts as they are now, final.
+            counted = with_db_retry(lambda: Batch.objects.callback_kwargs(entry), "batch counts")
+            if counted is not None:
+                entry.kwargs = counted
         signals.send(signals.entry_started, Entry, entry=entry, worker_name=self.worker_name)
         logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
         # Last thing before the body: a connection the server ended while it sat idle is

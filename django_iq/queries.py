@@ -1064,3 +1064,53 @@ def start_results(using: str, starts: Sequence[tuple[str, str, Any]]) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
     return True
+
+
+# Entries join a batch on PostgreSQL in one statement (see managers/batches.py): the batch's
+# row counts them, their edges to the callback are written, and the callback's blockers grow
+# by as many. The batch's row is updated first, as every writer of both does: the callback's
+# update waits for it through its sub-select. A callback already gone is left alone.
+JOIN_BATCH_POSTGRESQL = """
+WITH b AS (
+    UPDATE {batch_table} SET {total} = {total} + %(n)s WHERE {batch_id} = %(batch)s
+    RETURNING {batch_id}
+), d AS (
+    INSERT INTO {dep_table} ({parent_id}, {child_id}, {run_on_failure})
+    SELECT p, %(callback)s, TRUE FROM unnest(%(ids)s::bigint[]) AS p
+)
+UPDATE {entry_table} SET {blockers} = {blockers} + %(n)s
+WHERE {entry_id} = %(callback)s AND (SELECT COUNT(*) FROM b) >= 0
+"""
+
+
+def join_batch(using: str, batch_id: int, callback_id: int, entry_ids: Sequence[int]) -> bool:
+    """Make the entries ``entry_ids`` members of batch ``batch_id`` whose callback entry is
+    ``callback_id``, in one statement; return False where this takes several (not PostgreSQL)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return False
+    quote = connection.ops.quote_name
+    batch = columns(connection, iq.Batch)
+    sql = JOIN_BATCH_POSTGRESQL.format(
+        batch_table=quote(str(iq.Batch._meta.db_table)),
+        total=batch["total"],
+        batch_id=batch["id"],
+        dep_table=quote(str(iq.EntryDependency._meta.db_table)),
+        entry_table=quote(str(iq.Entry._meta.db_table)),
+        entry_id=quote(str(iq.Entry._meta.pk.column)),
+        blockers=columns(connection, iq.Entry)["blockers"],
+        **{
+            name: column
+            for name, column in columns(connection, iq.EntryDependency).items()
+            if name != "id"
+        },
+    )
+    params: dict[str, Any] = {
+        "n": len(entry_ids),
+        "batch": batch_id,
+        "callback": callback_id,
+        "ids": list(entry_ids),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return True

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("data", ("queries", "managers")),
     ("models", ("models",)),
-    ("jobs", ("registry", "")),
+    ("jobs", ("registry", "batches", "")),
     (
         "runtime",
         (

@@ -1,5 +1,5 @@
 """Pruning: delete old error records, long-stopped workers, old results, metrics and audit
-records, and unique keys whose window has passed, in bounded batches."""
+records, unique keys whose window has passed and finished batches, in bounded batches."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import (
+    Batch,
     EntryError,
     JobLimit,
     OperatorAction,
@@ -41,6 +42,7 @@ class PrunePass:
     audit: int = 0
     starts: int = 0
     unique_keys: int = 0
+    batches: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
 
 
@@ -49,8 +51,9 @@ class PruningDuty:
     than ``WORKER_RETENTION_SECONDS``, task results finished longer than
     ``RESULT_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS``,
     operators' audit records past ``AUDIT_RETENTION_SECONDS``, rate-limited starts older than
-    the longest rate limit period (a day), and the rows of unique keys whose window
-    (``unique_for``) has passed: an expired row holds nothing."""
+    the longest rate limit period (a day), the rows of unique keys whose window
+    (``unique_for``) has passed (an expired row holds nothing), and batches whose callback
+    ended longer than ``RESULT_RETENTION_SECONDS`` ago."""
 
     name = "pruning"
 
@@ -75,6 +78,7 @@ class PruningDuty:
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
             "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),
             "unique_keys": lambda: UniqueKey.objects.prune(now, batch),
+            "batches": lambda: Batch.objects.prune(finished_before, batch),
         }
         result = PrunePass()
         for table, prune in tables.items():

@@ -2,6 +2,7 @@
 the lease, cron jobs, task results and unique keys), one module per model family."""
 
 from django_iq.managers.audit import OperatorActionManager
+from django_iq.managers.batches import BatchManager
 from django_iq.managers.cron import CronJobManager
 from django_iq.managers.dependencies import EntryDependencyManager
 from django_iq.managers.entries import ENQUEUE_BATCH_SIZE, Claim, EntryManager, EntryQuerySet
@@ -19,6 +20,7 @@ from django_iq.managers.workers import WorkerManager
 __all__ = [
     "ENQUEUE_BATCH_SIZE",
     "LEASE_NAME",
+    "BatchManager",
     "Claim",
     "CronJobManager",
     "EntryDependencyManager",

@@ -103,6 +103,12 @@ class EntryDependencyManager(models.Manager["EntryDependency"]):
                 doomed.setdefault(child, parent)
         self._fail_children(using, doomed, failure, now, jobs)
 
+    def release(self, using: str, counts: Counter[int], now: datetime) -> None:
+        """In the caller's transaction, take ``counts[child]`` from each child's count of
+        blockers held by something other than an edge (a batch's open block), and release the
+        children left with none, as a parent's end does."""
+        self._release(using, counts, now)
+
     def _release(self, using: str, counts: Counter[int], now: datetime) -> None:
         entries = iq.Entry.objects.using(using)
         ready_queues: list[Any] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -16,8 +17,9 @@ from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.dbconn import reachable
-from django_iq.exceptions import QueueNotFound
+from django_iq.exceptions import InvalidJobOptions, QueueNotFound
 from django_iq.limits import resolve_run_at
+from django_iq.managers.batches import OpenBatch, open_batch
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
 from django_iq.managers.compaction import EntryCompactionManager
 from django_iq.managers.dependencies import PARENT_FAILED
@@ -242,28 +244,79 @@ class EntryManager(EntryCompactionManager):
             entry.result_id = result.pk
         if not entries:
             return []
+        batch = self._batch_of(db, entries)
+        join = partial(iq.Batch.objects.add_members, batch) if batch is not None else None
         if any(entry.unique_key is not None for entry in entries):
-            with reachable(db, "nothing was enqueued"):
+            with reachable(db, "nothing was enqueued"), self._batch_transaction(db, batch):
                 entries = [
                     self._insert_unique(
                         db, job_name, options.queue_name, entry, jobs, options.unique_for
                     )
                     for entry in entries
                 ]
+                if join is not None:
+                    # A duplicate is an entry enqueued before: it does not join the batch.
+                    join([entry for entry in entries if not entry.is_duplicate])
             for entry in entries:
                 if not entry.is_duplicate:
                     signals.send(signals.entry_enqueued, self.model, entry=entry)
             return entries
-        with reachable(db, "nothing was enqueued"):
+        with reachable(db, "nothing was enqueued"), self._batch_transaction(db, batch):
             if options.after is not None:
-                self._insert_after(db, job_name, options, entries, results, jobs)
-            elif supports_single_statement_enqueue(db):
-                self._insert_in_statements(db, job_name, options.queue_name, entries, results, jobs)
+                self._insert_after(db, job_name, options, entries, results, jobs, join)
             else:
-                self._insert_with_orm(db, job_name, options.queue_name, entries, results, jobs)
+                if supports_single_statement_enqueue(db):
+                    self._insert_in_statements(
+                        db, job_name, options.queue_name, entries, results, jobs
+                    )
+                else:
+                    self._insert_with_orm(db, job_name, options.queue_name, entries, results, jobs)
+                if join is not None:
+                    join(entries)
         for entry in entries:
             signals.send(signals.entry_enqueued, self.model, entry=entry)
         return entries
+
+    def _batch_of(self, db: str, entries: Sequence[Entry]) -> OpenBatch | None:
+        """The batch whose block is open here (``django_iq.batch()``), its id set on the
+        ``entries`` about to be written; None outside a batch's block."""
+        batch = open_batch()
+        if batch is None:
+            return None
+        if batch.using != db:
+            raise InvalidJobOptions(
+                f"Entries written to database {db!r} cannot join batch {batch.pk}, whose "
+                f"entries are in {batch.using!r}; enqueue them outside the batch's block."
+            )
+        for entry in entries:
+            entry.batch_id = batch.pk
+        return batch
+
+    def _batch_transaction(self, db: str, batch: OpenBatch | None) -> AbstractContextManager[Any]:
+        """A batch's members are written with their links to its callback, all or nothing."""
+        return transaction.atomic(using=db) if batch is not None else nullcontext()
+
+    def enqueue_blocked(
+        self,
+        db: str,
+        job_name: str,
+        kwargs: dict[str, Any],
+        options: JobOptions,
+        *,
+        jobs: JobCatalog | None = None,
+    ) -> Entry:
+        """Insert one entry of ``job_name`` (``kwargs`` are checked here) ``blocked`` by one
+        blocker that is no entry (a batch's open block; ``EntryDependencyManager.release``
+        takes it away), in the caller's transaction."""
+        now = timezone.now()
+        args, checked = validate_arguments((), kwargs)
+        entry = self._build(
+            job_name, args, checked, options, now, resolve_run_at(options.run_at, now)
+        )
+        entry.state, entry.blockers = EntryState.BLOCKED, 1
+        self._insert_with_orm(db, job_name, options.queue_name, [entry], (), jobs)
+        signals.send(signals.entry_enqueued, self.model, entry=entry)
+        return entry
 
     def _insert_in_statements(
         self,
@@ -425,21 +478,22 @@ class EntryManager(EntryCompactionManager):
         entries: list[Entry],
         results: Sequence[Result],
         jobs: JobCatalog | None,
+        join: Callable[[list[Entry]], None] | None = None,
     ) -> None:
         """Insert ``entries`` waiting for their parents (``options.after``), with the edges, in
         one transaction. A parent that had already failed for good ends them at once as final
-        ``ParentFailed`` failures, unless ``on_parent_failure="run"``."""
+        ``ParentFailed`` failures, unless ``on_parent_failure="run"``. ``join`` (a batch's)
+        takes the entries as soon as they are written, before any of them can end."""
         run_anyway = options.on_parent_failure == "run"
+
+        def insert() -> None:
+            self._insert_with_orm(db, job_name, options.queue_name, entries, results, jobs)
+            if join is not None:
+                join(entries)
 
         def write() -> None:
             failed = iq.EntryDependency.objects.attach(
-                db,
-                entries,
-                options.after or (),
-                run_anyway,
-                lambda: self._insert_with_orm(
-                    db, job_name, options.queue_name, entries, results, jobs
-                ),
+                db, entries, options.after or (), run_anyway, insert
             )
             if failed and not run_anyway:
                 now = timezone.now()
@@ -651,6 +705,7 @@ class EntryManager(EntryCompactionManager):
             cancelled = [entry for entry in rows if entry.lock_key not in held]
             if cancelled:
                 self._on(db).filter(pk__in=[entry.pk for entry in cancelled]).delete()
+                iq.Batch.objects.members_failed(db, [entry.batch_id for entry in cancelled])
                 iq.EntryDependency.objects.parents_ended(
                     db, [entry.pk for entry in cancelled], failure="was cancelled"
                 )

@@ -320,8 +320,11 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             )
         rows = self._on(using).filter(pk=entry.pk)
         if final:
-            if rows.delete()[0] and entry.unique_key:
-                iq.UniqueKey.objects.db_manager(using).start_windows([entry.unique_key])
+            if rows.delete()[0]:
+                if entry.unique_key:
+                    iq.UniqueKey.objects.db_manager(using).start_windows([entry.unique_key])
+                # Counted before the end releases the batch's callback (see batches.py).
+                iq.Batch.objects.members_failed(using, [entry.batch_id])
             iq.EntryDependency.objects.parents_ended(
                 using,
                 [entry.pk],

@@ -23,6 +23,7 @@ from django.urls import reverse
 
 from django_iq import operations
 from django_iq.models import (
+    Batch,
     CronJob,
     DisabledJob,
     Entry,
@@ -145,6 +146,7 @@ def make_one_of_each() -> dict[type[Model], Model]:
         LeaderLease: LeaderLeaseFactory(),
         OperatorAction: an_operator_action(),
         JobLimit: JobLimit.objects.create(job_name="tests.testapp.jobs.capped", max_concurrency=3),
+        Batch: Batch.objects.create(on_complete="tests.testapp.jobs.batch_done"),
     }
 
 
@@ -160,6 +162,7 @@ ALL_MODELS = [
     LeaderLease,
     OperatorAction,
     JobLimit,
+    Batch,
 ]
 
 

@@ -15,6 +15,7 @@ from django_iq.duties import CronDuty, PromotionDuty, PruningDuty, RecoveryDuty
 from django_iq.exceptions import LeadershipLost
 from django_iq.leader import Leader
 from django_iq.models import (
+    Batch,
     CronJob,
     Entry,
     EntryError,
@@ -28,7 +29,7 @@ from django_iq.models import (
 from django_iq.queries import limit_lock_waits
 from django_iq.schedule import next_fire_time, validate_schedule
 from tests.conftest import wait_until
-from tests.factories import EntryErrorFactory, WorkerFactory
+from tests.factories import EntryErrorFactory, EntryFactory, WorkerFactory
 from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -288,6 +289,31 @@ def test_pruning_removes_only_records_past_their_time_to_live() -> None:
         running.pk,
     }
     assert not Worker.objects.filter(pk=long_gone.pk).exists()
+
+
+@settings_with(RESULT_RETENTION_SECONDS=3600)
+def test_pruning_removes_batches_whose_callback_ended_past_their_time_to_live() -> None:
+    now = timezone.now()
+    old = now - timedelta(hours=2)
+    done = Batch.objects.create(on_complete="j", completed_at=old, closed_at=old)
+    cancelled = Batch.objects.create(on_complete="j", closed_at=old)
+    recent = Batch.objects.create(on_complete="j", completed_at=now, closed_at=now)
+    waiting = EntryFactory(state="blocked", blockers=1)
+    retrying = Batch.objects.create(
+        on_complete="j", completed_at=old, closed_at=old, callback_entry_id=waiting.pk
+    )
+    never_closed = Batch.objects.create(on_complete="j", created_at=old)
+    leader = Leader(name="pruner", duties=[PruningDuty()], lease_seconds=30)
+
+    result = leader.run_once(now).ran["pruning"]
+
+    assert result.batches == 2
+    assert not Batch.objects.filter(pk__in=[done.pk, cancelled.pk]).exists()
+    assert set(Batch.objects.values_list("pk", flat=True)) == {
+        recent.pk,
+        retrying.pk,
+        never_closed.pk,
+    }
 
 
 @settings_with(AUDIT_RETENTION_SECONDS=86_400)

@@ -277,3 +277,29 @@ def unfoldable(obj_id: str, ids: list[int]) -> None:
 @job(group_by="obj_id", merge=lambda calls: {"obj_id": calls[0]["obj_id"], "ids": {1, 2}})
 def folds_to_a_set(obj_id: str, ids: list[int]) -> None:
     """Its fold returns a set, which JSON cannot store."""
+
+
+@job(max_attempts=20, backoff_base_seconds=0)
+def batch_member(token: str, seconds: float = 0.0, fail: bool = False) -> str:
+    """A batch's member: records its run (start, end); with ``fail``, then ends for good."""
+    _recorded_run(token, seconds)
+    if fail:
+        raise Fail(f"{token}: fails for good")
+    return token
+
+
+@job
+def batch_done(batch_id: int, succeeded: int, failed: int, label: str = "") -> str:
+    """A batch's on_complete: records its run as ``batch:<id>``, the counts (and ``label``) as
+    its group key, ``succeeded/failed``. With ``label=":broken"`` it fails until a run of
+    token ``repaired`` is recorded."""
+    if label == ":broken" and not RecordedRun.objects.filter(token="repaired").exists():
+        raise ValueError("the summary is broken until a 'repaired' run is recorded")
+    RecordedRun.objects.create(
+        token=f"batch:{batch_id}",
+        group_key=f"{succeeded}/{failed}{label}",
+        pid=os.getpid(),
+        started_at=time.time(),
+        finished_at=time.time(),
+    )
+    return f"{succeeded}/{failed}"
