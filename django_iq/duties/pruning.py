@@ -14,6 +14,7 @@ from django_iq.exceptions import LeadershipLost
 from django_iq.models import (
     EntryError,
     JobLimit,
+    JobMinute,
     OperatorAction,
     QueueMinute,
     Result,
@@ -38,6 +39,7 @@ class PrunePass:
     workers: int = 0
     results: int = 0
     metrics: int = 0
+    job_metrics: int = 0
     audit: int = 0
     starts: int = 0
     unique_keys: int = 0
@@ -47,7 +49,7 @@ class PrunePass:
 class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
     than ``WORKER_RETENTION_SECONDS``, task results finished longer than
-    ``RESULT_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS``,
+    ``RESULT_RETENTION_SECONDS``, throughput rows (per queue and per job) past ``METRICS_RETENTION_SECONDS``,
     operators' audit records past ``AUDIT_RETENTION_SECONDS``, rate-limited starts older than
     the longest rate limit period (a day), and the rows of unique keys whose window
     (``unique_for``) has passed: an expired row holds nothing."""
@@ -71,6 +73,7 @@ class PruningDuty:
             "errors": lambda: EntryError.objects.prune(errors_before, batch),
             "workers": lambda: Worker.objects.prune(iq_settings.WORKER_RETENTION_SECONDS, batch),
             "metrics": lambda: QueueMinute.objects.prune(minute_before, batch),
+            "job_metrics": lambda: JobMinute.objects.prune(minute_before, batch),
             "results": lambda: Result.objects.prune(finished_before, batch),
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
             "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),
