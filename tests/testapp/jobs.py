@@ -277,3 +277,21 @@ def unfoldable(obj_id: str, ids: list[int]) -> None:
 @job(group_by="obj_id", merge=lambda calls: {"obj_id": calls[0]["obj_id"], "ids": {1, 2}})
 def folds_to_a_set(obj_id: str, ids: list[int]) -> None:
     """Its fold returns a set, which JSON cannot store."""
+
+
+def _sleep_then(seconds: float, fail: bool) -> None:
+    time.sleep(seconds)  # the job's own work: a run of known length, with no query to wait on
+    if fail:
+        raise ValueError(f"failed after {seconds} s")
+
+
+@job(max_attempts=1)
+def sleeps(seconds: float, fail: bool = False) -> None:
+    """Takes ``seconds`` and, with ``fail``, fails for good: runs of known durations."""
+    _sleep_then(seconds, fail)
+
+
+@job(max_attempts=1)
+def sleeps_too(seconds: float, fail: bool = False) -> None:
+    """Like ``sleeps``, under another job name."""
+    _sleep_then(seconds, fail)
