@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
-from django_iq.alarms import NO_LEADER, QUEUE_REASONS
+from django_iq.alarms import NO_LEADER, QUEUE_REASONS, UNSERVED_JOB
 from django_iq.conf import iq_settings
 from django_iq.managers.jobstats import QUANTILES, JobStats
 from django_iq.managers.metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
@@ -128,7 +128,9 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
     alarm = GaugeMetricFamily(
         "django_iq_alarm",
         "1 while an alarm is raised, else 0: per queue (no_live_worker, nothing_started: an "
-        "entry awaited compute past the queue's threshold) and for the cluster (no_leader, "
+        "entry awaited compute past the queue's threshold; unserved_job: an entry of a job no "
+        "live worker has registered waited as long, the job named by "
+        "django_iq_unserved_job_waiting_entries) and for the cluster (no_leader, "
         'with queue="").',
         labels=["queue", "reason"],
     )
@@ -140,7 +142,7 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
         dead_locked.add_metric([queue.name], queue.stats.locked_by_dead_workers)
         orphan_locks.add_metric([queue.name], queue.stats.locks_without_entries)
         invariant.add_metric([queue.name], 1 if queue.stats.is_consistent else 0)
-        for reason in QUEUE_REASONS:
+        for reason in (*QUEUE_REASONS, UNSERVED_JOB):
             alarm.add_metric([queue.name, reason], 1 if (queue.name, reason) in raised else 0)
     alarm.add_metric(["", NO_LEADER], 1 if ("", NO_LEADER) in raised else 0)
     yield entries
