@@ -191,7 +191,8 @@ class Snapshot:
     leader: LeaderView | None = None
     # Read only when asked for (``read_snapshot(unserved_jobs=True)``); None otherwise.
     unserved_jobs: list[UnservedJob] | None = None
-    # The ``unserved_job`` alarms, by job and queue; read with ``unserved_jobs`` only.
+    # The ``unserved_job`` alarms, by job and queue (of the queues asked for, if any); read with
+    # ``unserved_jobs`` only.
     job_alarms: list[Alarm] = field(default_factory=list)
 
     @property
@@ -392,7 +393,7 @@ def _read(
         throttled_workers=throttled,
         leader=_leader(now),
         unserved_jobs=unserved[0] if unserved is not None else None,
-        job_alarms=unserved[1] if unserved is not None else [],
+        job_alarms=[a for a in unserved[1] if not queues or a.queue in queues] if unserved else [],
     )
 
 

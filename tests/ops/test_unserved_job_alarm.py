@@ -164,3 +164,13 @@ def test_a_real_worker_that_registers_the_job_runs_its_entries_and_the_alarm_cle
     assert not Entry.objects.filter(pk=entry.pk).exists()
     assert job_alarms() == []
     assert client.get(HEALTH).status_code == 200
+
+
+def test_a_snapshot_of_some_queues_has_the_job_alarms_of_those_queues() -> None:
+    waiting(600)
+    waiting(600, queue="emails")
+
+    snapshot = read_snapshot(queues=["emails"], unserved_jobs=True)
+
+    assert [(a.job, a.queue) for a in snapshot.alarms] == [(UNSERVED, "emails")]
+    assert [job.waiting for job in snapshot.unserved_jobs or []] == [2], "the list is for all"
