@@ -265,7 +265,7 @@ def document(request: HttpRequest | None = None) -> dict[str, Any]:
             "title": "django_iq management API",
             "version": __version__,
             "description": "Inspect, count and cancel entries, requeue failures, read queue "
-            'statistics and pause or resume queues. JSON; errors are {"error": "..."}. '
+            'and job statistics and pause or resume queues. JSON; errors are {"error": "..."}. '
             "Staff users authenticate with Django's session; POST and DELETE also need the "
             "CSRF token (any GET of the API sets the csrftoken cookie).",
         },
