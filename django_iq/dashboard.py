@@ -65,6 +65,14 @@ def format_duration(seconds: float | None) -> str:
     return format_age(seconds)
 
 
+def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:
+    """``(stats, median, 95th percentile)`` of each job, the durations formatted for people."""
+    return [
+        (stats, format_duration(stats.p50_seconds), format_duration(stats.p95_seconds))
+        for stats in job_stats
+    ]
+
+
 @dataclass(frozen=True)
 class QueueRow:
     """One queue of the snapshot, as the dashboard shows it."""
@@ -210,10 +218,7 @@ class DashboardData:
     @property
     def job_rows(self) -> list[tuple[JobStats, str, str]]:
         """``(stats, median, 95th percentile)`` of each job that ran in the last hour."""
-        return [
-            (stats, format_duration(stats.p50_seconds), format_duration(stats.p95_seconds))
-            for stats in self.job_stats
-        ]
+        return job_rows(self.job_stats)
 
     @property
     def limited_jobs(self) -> list[tuple[str, str, str, str]]:
@@ -298,16 +303,13 @@ def job_stats_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
     page, in one query. Needs what the dashboard needs (``PermissionDenied`` otherwise)."""
     _check_permission(request, "The job statistics")
     now = timezone.now()
-    data = DashboardData(
-        snapshot=Snapshot(now=now),
-        done_per_minute=[],
-        failed_per_minute=[],
-        job_stats=JobMinute.objects.last_hour(now),
-    )
+    job_stats = JobMinute.objects.last_hour(now)
     context = _admin_context(request, admin_site) | {
         "title": "Job statistics, last hour",
-        "data": data,
+        "now": now,
         "window_start": window_start(now),
+        "job_stats": job_stats,
+        "job_rows": job_rows(job_stats),
     }
     response = render(request, "django_iq/job_stats.html", context)
     add_never_cache_headers(response)

@@ -63,7 +63,7 @@ def test_a_worker_run_shows_in_the_api_admin_dashboard_and_metrics(client: Clien
 
     page = client.get(reverse("admin:django_iq_job_stats"))
     assert page.status_code == 200
-    assert [s.as_dict() for s in page.context["data"].job_stats] == api.json()["jobs"]
+    assert [s.as_dict() for s in page.context["job_stats"]] == api.json()["jobs"]
     html = page.content.decode()
     assert f'data-job-stats="{sleeps_too.name}"' in html
     assert 'data-failed="2"' in html
