@@ -8,6 +8,11 @@ no job finished in it (per ``QueueMinute``, to the minute) within the threshold.
 raises none: its entries wait because an operator said so. The leader missing (no lease, or an
 expired one) is an alarm of the whole cluster. A queue whose counts contradict each other (the
 invariant) makes the cluster unhealthy too, though it is not an alarm about waiting.
+
+A job raises an alarm (``unserved_job``) when a pending entry of it has waited past its queue's
+threshold and no live worker has registered the job (deployed where no worker runs, or
+renamed), unless its queue is paused or no live worker serves the queue at all (the queue's
+``no_live_worker`` alarm says so).
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ NO_LIVE_WORKER = "no_live_worker"
 NOTHING_STARTED = "nothing_started"
 NO_LEADER = "no_leader"
 INVARIANT_BROKEN = "invariant_broken"
+UNSERVED_JOB = "unserved_job"
 QUEUE_REASONS = (NO_LIVE_WORKER, NOTHING_STARTED)
 REASON_LABELS = {
     NO_LIVE_WORKER: "no live worker serves the queue",
     NOTHING_STARTED: "nothing started in the queue",
     NO_LEADER: "no leader holds the lease: start manage.py runleader",
     INVARIANT_BROKEN: "counts contradict each other",
+    UNSERVED_JOB: "no live worker has registered the job",
 }
 # QueueMinute rows are per minute: a row of minute m holds jobs finished up to m + 60 s.
 MINUTE = timedelta(minutes=1)
@@ -34,10 +41,12 @@ MINUTE = timedelta(minutes=1)
 
 @dataclass(frozen=True)
 class Alarm:
-    """One reason for concern: about a queue (``queue``), or the cluster (``queue`` None)."""
+    """One reason for concern: about a queue (``queue``), a job waiting in a queue (``job``
+    and ``queue``), or the cluster (``queue`` None)."""
 
     reason: str
     queue: str | None = None
+    job: str | None = None
     # Queue alarms: how long the oldest entry has awaited compute, and the threshold passed.
     waiting_seconds: float | None = None
     threshold_seconds: int | None = None
@@ -47,6 +56,8 @@ class Alarm:
     def describe(self) -> str:
         """One line for people."""
         where = f"queue {self.queue}: " if self.queue is not None else ""
+        if self.job is not None:
+            where = f"job {self.job} in {where}"
         text = REASON_LABELS.get(self.reason, self.reason)
         if self.waiting_seconds is not None:
             text += (
@@ -61,6 +72,7 @@ class Alarm:
         return {
             "reason": self.reason,
             "queue": self.queue,
+            "job": self.job,
             "waiting_seconds": self.waiting_seconds,
             "threshold_seconds": self.threshold_seconds,
             "counts": self.counts,
@@ -68,7 +80,7 @@ class Alarm:
 
     def public_dict(self) -> dict[str, Any]:
         """What an anonymous caller of the health endpoint sees: the reason code and the queue
-        name, nothing about entries, their arguments or their errors."""
+        name, nothing about jobs, entries, their arguments or their errors."""
         return {"reason": self.reason, "queue": self.queue}
 
 
@@ -105,6 +117,36 @@ def queue_alarm(activity: QueueActivity, now: datetime) -> Alarm | None:
     if reason is None:
         return None
     return Alarm(reason, activity.queue, waiting_seconds=waited, threshold_seconds=threshold)
+
+
+@dataclass(frozen=True)
+class UnservedWait:
+    """Pending entries of one job in one queue that no live worker has registered."""
+
+    job: str
+    queue: str
+    is_paused: bool
+    threshold_seconds: int
+    # Since when the longest-waiting of them has been ready.
+    waiting_since: datetime
+    # Whether a live worker serves the queue (with other jobs).
+    is_queue_served: bool
+
+
+def unserved_job_alarm(wait: UnservedWait, now: datetime) -> Alarm | None:
+    """The ``unserved_job`` alarm ``wait`` raises at ``now``, or None."""
+    if wait.is_paused or not wait.is_queue_served:
+        return None
+    waited = max(0.0, (now - wait.waiting_since).total_seconds())
+    if waited <= wait.threshold_seconds:
+        return None
+    return Alarm(
+        UNSERVED_JOB,
+        wait.queue,
+        job=wait.job,
+        waiting_seconds=waited,
+        threshold_seconds=wait.threshold_seconds,
+    )
 
 
 def _finished_since(last_minute: datetime | None, since: datetime) -> bool:

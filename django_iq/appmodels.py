@@ -34,6 +34,7 @@ class AppModels:
         Result: type[models.Result]
         QueueMinute: type[models.QueueMinute]
         QueueTotal: type[models.QueueTotal]
+        JobMinute: type[models.JobMinute]
         OperatorAction: type[models.OperatorAction]
         UniqueKey: type[models.UniqueKey]
         Batch: type[models.Batch]

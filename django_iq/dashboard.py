@@ -18,9 +18,10 @@ from django.views.decorators.http import require_safe
 
 from django_iq import charts
 from django_iq.alarms import Alarm
+from django_iq.managers.jobstats import JobStats, window_start
 from django_iq.managers.limits import JobUsage
 from django_iq.managers.metrics import minute_of
-from django_iq.models import JobLimit, QueueMinute
+from django_iq.models import JobLimit, JobMinute, QueueMinute
 from django_iq.snapshot import QueueView, Snapshot, WorkerView, read_snapshot
 from django_iq.states import COUNTED_STATES, STATE_LABELS
 from django_iq.wording import rate_use, used_of
@@ -50,6 +51,26 @@ def format_age(seconds: float | None) -> str:
     if whole < 86_400:
         return f"{whole // 3600} h {whole % 3600 // 60} min"
     return f"{whole // 86_400} d {whole % 86_400 // 3600} h"
+
+
+def format_duration(seconds: float | None) -> str:
+    """Format a job's run time: ``"20 ms"``, ``"1.5 s"``, then as ``format_age``; an empty
+    string for None."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return format_age(seconds)
+
+
+def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:
+    """``(stats, median, 95th percentile)`` of each job, the durations formatted for people."""
+    return [
+        (stats, format_duration(stats.p50_seconds), format_duration(stats.p95_seconds))
+        for stats in job_stats
+    ]
 
 
 @dataclass(frozen=True)
@@ -121,6 +142,8 @@ class DashboardData:
     done_per_minute: list[charts.Point]
     failed_per_minute: list[charts.Point]
     job_limits: list[JobUsage] = field(default_factory=list)
+    # Each job with runs that ended in the last hour.
+    job_stats: list[JobStats] = field(default_factory=list)
 
     @property
     def now(self) -> datetime:
@@ -193,6 +216,11 @@ class DashboardData:
         ]
 
     @property
+    def job_rows(self) -> list[tuple[JobStats, str, str]]:
+        """``(stats, median, 95th percentile)`` of each job that ran in the last hour."""
+        return job_rows(self.job_stats)
+
+    @property
     def limited_jobs(self) -> list[tuple[str, str, str, str]]:
         """``(job, running / cap, busiest node / per-node cap, starts / rate limit)`` of each
         job with a cap or a rate limit ("-" where it has none)."""
@@ -233,7 +261,8 @@ class DashboardData:
 def dashboard_data(now: datetime) -> DashboardData:
     """Read the dashboard's numbers at ``now`` in a fixed number of queries, whatever the
     number of queues, entries or finished jobs: the operator snapshot's fourteen (jobs no live
-    worker serves included), one for the per-minute counts, and one to four for the jobs' limits."""
+    worker serves included), one for the per-minute counts, one for the last hour per job, and
+    one to four for the jobs' limits."""
     snapshot = read_snapshot(now, worker_limit=WORKER_LIMIT, unserved_jobs=True)
     start = minute_of(now) - timedelta(minutes=CHART_MINUTES - 1)
     counts = QueueMinute.objects.per_minute(start)
@@ -246,6 +275,7 @@ def dashboard_data(now: datetime) -> DashboardData:
         done_per_minute=done,
         failed_per_minute=failed,
         job_limits=JobLimit.objects.usage(),
+        job_stats=JobMinute.objects.last_hour(now),
     )
 
 
@@ -261,6 +291,31 @@ def _admin_context(request: HttpRequest, admin_site: AdminSite | None) -> dict[s
     return dict(admin_site.each_context(request))
 
 
+def _check_permission(request: HttpRequest, page: str) -> None:
+    user = request.user
+    if not (user.is_active and user.is_staff and user.has_perm(PERMISSION)):
+        raise PermissionDenied(f"{page} needs staff status and {PERMISSION}.")
+
+
+@require_safe
+def job_stats_view(request: HttpRequest, admin_site: AdminSite | None = None) -> HttpResponse:
+    """Render each job's runs, failures and duration quantiles over the last hour as an admin
+    page, in one query. Needs what the dashboard needs (``PermissionDenied`` otherwise)."""
+    _check_permission(request, "The job statistics")
+    now = timezone.now()
+    job_stats = JobMinute.objects.last_hour(now)
+    context = _admin_context(request, admin_site) | {
+        "title": "Job statistics, last hour",
+        "now": now,
+        "window_start": window_start(now),
+        "job_stats": job_stats,
+        "job_rows": job_rows(job_stats),
+    }
+    response = render(request, "django_iq/job_stats.html", context)
+    add_never_cache_headers(response)
+    return response
+
+
 @require_safe
 def dashboard_view(request: HttpRequest, admin_site: AdminSite | None = None) -> HttpResponse:
     """Render the dashboard, or with ``?partial=1`` only its content (the page re-fetches it
@@ -270,9 +325,7 @@ def dashboard_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
     ``PermissionDenied`` (403) otherwise. ``admin_site`` gives the page that site's header and
     sidebar (default: ``django.contrib.admin.site``).
     """
-    user = request.user
-    if not (user.is_active and user.is_staff and user.has_perm(PERMISSION)):
-        raise PermissionDenied(f"The queue dashboard needs staff status and {PERMISSION}.")
+    _check_permission(request, "The queue dashboard")
     data = dashboard_data(timezone.now())
     context: dict[str, Any] = {
         "data": data,

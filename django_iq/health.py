@@ -2,7 +2,9 @@
 503 with the reason codes while it is not, answered without a session.
 
 What an anonymous caller learns is limited to the reason codes and the queue names they concern
-(``Alarm.public_dict``): no counts of entries, no job names, arguments or errors. The response is
+(``Alarm.public_dict``): no counts of entries, no job names (an ``unserved_job`` reason names
+the queue its entries wait in; ``iq_status --check``, the dashboard and the metrics name the
+job), arguments or errors. The response is
 never cached, so that a cache in front of the site cannot hide a failure or a recovery.
 """
 
@@ -26,9 +28,10 @@ def health_view(request: HttpRequest) -> HttpResponse:
     """Answer ``{"status": "ok"}`` (200), or ``{"status": "failing", "reasons": [...]}`` (503)
     listing each alarm and each queue whose counts contradict each other.
 
-    Reads the operator snapshot without its worker list: eleven queries, whatever the data.
+    Reads the operator snapshot without its worker list, with the jobs no live worker serves:
+    thirteen queries, whatever the data.
     """
-    problems = read_snapshot(worker_limit=0).problems
+    problems = read_snapshot(worker_limit=0, unserved_jobs=True).problems
     if problems:
         response = JsonResponse(
             {"status": "failing", "reasons": [problem.public_dict() for problem in problems]},

@@ -1,5 +1,5 @@
 """The models: Queue, Entry, GroupLock, EntryError, Worker, CronJob, LeaderLease, DisabledJob,
-Result, QueueMinute, QueueTotal, OperatorAction, UniqueKey, EntryDependency and Batch."""
+Result, QueueMinute, QueueTotal, JobMinute, OperatorAction, UniqueKey, EntryDependency and Batch."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from django_iq.managers import (
     EntryManager,
     GroupLockManager,
     JobLimitManager,
+    JobMinuteManager,
     LeaderLeaseManager,
     OperatorActionManager,
     QueueManager,
@@ -539,6 +540,36 @@ class QueueTotal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}: {self.done} done, {self.failed} failed"
+
+
+class JobMinute(models.Model):
+    """Runs of a job that ended per minute (UTC) and duration bucket, and the failures among
+    them (every attempt that ended without success, timeouts included): one row per bucket
+    that has runs, added to by workers with each heartbeat, in the transaction that adds their
+    QueueMinute counts. The last hour's per-job statistics read it (``JobMinute.objects
+    .last_hour``); buckets are those of ``managers.jobstats``. Pruned after
+    METRICS_RETENTION_SECONDS."""
+
+    job_name = models.CharField(max_length=200)
+    minute = models.DateTimeField()
+    bucket = models.PositiveSmallIntegerField()
+    runs = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+
+    objects = JobMinuteManager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job_name", "minute", "bucket"], name="iq_job_minute_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["minute"], name="iq_job_minute_idx")]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.job_name} {self.minute:%Y-%m-%d %H:%M} bucket {self.bucket}: {self.runs} runs"
+        )
 
 
 class OperatorAction(models.Model):

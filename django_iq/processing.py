@@ -73,8 +73,8 @@ class ClaimResult:
     failed: int = 0
     snoozed: int = 0
     released: int = 0
-    # Seconds and success of each entry run, in order.
-    runs: list[tuple[float, bool]] = field(default_factory=list)
+    # Job name, seconds and success of each entry run, in order.
+    runs: list[tuple[str, float, bool]] = field(default_factory=list)
     # The claim was given up while one of its jobs was stuck past its timeout.
     abandoned: bool = False
     # Whether the claim is settled (its lock gone or released) when ``run_claim`` returns;
@@ -123,7 +123,7 @@ class Processor:
             if isinstance(ack, _Snoozed):
                 result.snoozed += 1
                 continue
-            result.runs.append((time.monotonic() - started, ack is not None))
+            result.runs.append((entry.job_name, time.monotonic() - started, ack is not None))
             if ack is None:
                 result.failed += 1
                 continue

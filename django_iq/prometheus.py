@@ -14,10 +14,11 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
-from django_iq.alarms import NO_LEADER, QUEUE_REASONS
+from django_iq.alarms import NO_LEADER, QUEUE_REASONS, UNSERVED_JOB
 from django_iq.conf import iq_settings
+from django_iq.managers.jobstats import QUANTILES, JobStats
 from django_iq.managers.metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
-from django_iq.models import QueueTotal, Worker
+from django_iq.models import JobMinute, QueueTotal, Worker
 from django_iq.snapshot import Snapshot, read_snapshot
 
 if TYPE_CHECKING:
@@ -29,6 +30,25 @@ MISSING_CLIENT_MESSAGE = (
     "installed. Install it with: pip install django-iq[prometheus]\n"
 )
 WORKER_STATES = ("live", "dead")
+# The gauges per job over the last hour: name, help text, labels.
+JOB_FAMILIES = (
+    (
+        "django_iq_job_runs_last_hour",
+        "Runs of a job that ended in the last hour, successful or not.",
+        ["job"],
+    ),
+    (
+        "django_iq_job_failures_last_hour",
+        "Runs of a job that ended without success in the last hour, timeouts included.",
+        ["job"],
+    ),
+    (
+        "django_iq_job_duration_last_hour_seconds",
+        "Median (quantile 0.5) and 95th percentile (0.95) of the durations of a job's runs that "
+        "ended in the last hour, failures included, within 11.1 % of the true durations.",
+        ["job", "quantile"],
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -37,14 +57,18 @@ class Scrape:
 
     snapshot: Snapshot = field(default_factory=lambda: Snapshot(now=timezone.now()))
     totals: dict[str, QueueTotal] = field(default_factory=dict)
+    # Each job with runs that ended in the last hour.
+    jobs: list[JobStats] = field(default_factory=list)
 
 
 def read_scrape(now: datetime) -> Scrape:
     """Read every metric at ``now`` in a fixed number of queries (the snapshot's fourteen, jobs
-    no live worker serves included, and one for the totals), whatever the number of queues,
-    entries or workers."""
+    no live worker serves included, one for the totals and one for the last hour per job),
+    whatever the number of queues, entries, jobs or workers."""
     return Scrape(
-        snapshot=read_snapshot(now, unserved_jobs=True), totals=QueueTotal.objects.by_queue()
+        snapshot=read_snapshot(now, unserved_jobs=True),
+        totals=QueueTotal.objects.by_queue(),
+        jobs=JobMinute.objects.last_hour(now),
     )
 
 
@@ -104,7 +128,9 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
     alarm = GaugeMetricFamily(
         "django_iq_alarm",
         "1 while an alarm is raised, else 0: per queue (no_live_worker, nothing_started: an "
-        "entry awaited compute past the queue's threshold) and for the cluster (no_leader, "
+        "entry awaited compute past the queue's threshold; unserved_job: an entry of a job no "
+        "live worker has registered waited as long, the job named by "
+        "django_iq_unserved_job_waiting_entries) and for the cluster (no_leader, "
         'with queue="").',
         labels=["queue", "reason"],
     )
@@ -116,7 +142,7 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
         dead_locked.add_metric([queue.name], queue.stats.locked_by_dead_workers)
         orphan_locks.add_metric([queue.name], queue.stats.locks_without_entries)
         invariant.add_metric([queue.name], 1 if queue.stats.is_consistent else 0)
-        for reason in QUEUE_REASONS:
+        for reason in (*QUEUE_REASONS, UNSERVED_JOB):
             alarm.add_metric([queue.name, reason], 1 if (queue.name, reason) in raised else 0)
     alarm.add_metric(["", NO_LEADER], 1 if ("", NO_LEADER) in raised else 0)
     yield entries
@@ -196,6 +222,26 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
         unserved_oldest.add_metric([job.job_name], job.oldest_waiting_seconds or 0.0)
     yield unserved
     yield unserved_oldest
+    yield from _job_families(scrape.jobs)
+
+
+def _job_families(jobs: list[JobStats]) -> Iterator[Metric]:
+    """Per job, over the last hour (the current minute and the 59 before it): runs that ended,
+    failures, and duration quantiles."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    runs, failures, durations = (
+        GaugeMetricFamily(name, documentation, labels=labels)
+        for name, documentation, labels in JOB_FAMILIES
+    )
+    for stats in jobs:
+        runs.add_metric([stats.job_name], stats.runs)
+        failures.add_metric([stats.job_name], stats.failed)
+        for q, seconds in zip(QUANTILES, (stats.p50_seconds, stats.p95_seconds), strict=True):
+            durations.add_metric([stats.job_name, str(q)], seconds or 0.0)
+    yield runs
+    yield failures
+    yield durations
 
 
 def is_authorized(request: HttpRequest) -> bool:

@@ -15,9 +15,19 @@ from typing import Any
 
 from django.db import router
 from django.db.models import Count, Exists, Min, OuterRef, Q
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from django_iq.alarms import INVARIANT_BROKEN, NO_LEADER, Alarm, QueueActivity, queue_alarm, served
+from django_iq.alarms import (
+    INVARIANT_BROKEN,
+    NO_LEADER,
+    Alarm,
+    QueueActivity,
+    UnservedWait,
+    queue_alarm,
+    served,
+    unserved_job_alarm,
+)
 from django_iq.conf import iq_settings
 from django_iq.managers import QueueStats
 from django_iq.managers.metrics import MINUTE_SECONDS, minute_of
@@ -181,6 +191,9 @@ class Snapshot:
     leader: LeaderView | None = None
     # Read only when asked for (``read_snapshot(unserved_jobs=True)``); None otherwise.
     unserved_jobs: list[UnservedJob] | None = None
+    # The ``unserved_job`` alarms, by job and queue (of the queues asked for, if any); read with
+    # ``unserved_jobs`` only.
+    job_alarms: list[Alarm] = field(default_factory=list)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -204,9 +217,10 @@ class Snapshot:
 
     @property
     def alarms(self) -> list[Alarm]:
-        """The leader missing, then each queue's alarm about waiting work, by queue name."""
+        """The leader missing, then each queue's alarm about waiting work, by queue name, then
+        each job no live worker has registered whose entries waited too long (when read)."""
         found = [] if self.leader_live else [Alarm(NO_LEADER)]
-        return found + [q.alarm for q in self.queues if q.alarm is not None]
+        return found + [q.alarm for q in self.queues if q.alarm is not None] + self.job_alarms
 
     @property
     def problems(self) -> list[Alarm]:
@@ -273,7 +287,8 @@ def read_snapshot(
     listed workers to those serving at least one of them (the counts stay cluster-wide).
 
     ``unserved_jobs`` adds two queries: the jobs with pending entries that no live worker has
-    registered, with how many wait and since when (``Snapshot.unserved_jobs``)."""
+    registered, with how many wait and since when (``Snapshot.unserved_jobs``), and the
+    ``unserved_job`` alarms they raise (``Snapshot.job_alarms``, among ``alarms``)."""
     now = now or timezone.now()
     with snapshot_reads(router.db_for_read(Entry)):
         return _read(now, queues, worker_limit, include_stopped, unserved_jobs)
@@ -368,6 +383,7 @@ def _read(
         counts[(row["role"], "live")] = row["live"]
         counts[(row["role"], "dead")] = row["total"] - row["live"]
         throttled += row["throttled"]
+    unserved = _unserved_jobs(now, default_threshold, live_queue_lists) if unserved_jobs else None
     return Snapshot(
         now=now,
         queues=views,
@@ -376,32 +392,59 @@ def _read(
         worker_counts=counts,
         throttled_workers=throttled,
         leader=_leader(now),
-        unserved_jobs=_unserved_jobs(now) if unserved_jobs else None,
+        unserved_jobs=unserved[0] if unserved is not None else None,
+        job_alarms=[a for a in unserved[1] if not queues or a.queue in queues] if unserved else [],
     )
 
 
-def _unserved_jobs(now: datetime) -> list[UnservedJob]:
-    """Pending entries whose job no live worker registered, by job: they wait, never tried."""
-    served: set[str] = set()
+def _unserved_jobs(
+    now: datetime, default_threshold: int, live_queue_lists: list[list[str]]
+) -> tuple[list[UnservedJob], list[Alarm]]:
+    """Pending entries whose job no live worker registered, by job (they wait, never tried),
+    oldest first; and the alarms of those that waited past their queue's threshold."""
+    served_jobs: set[str] = set()
     live = Worker.objects.live().filter(role=Worker.Role.WORKER)
     for names in live.values_list("job_names", flat=True):
-        served.update(names or [])
+        served_jobs.update(names or [])
     rows = (
         Entry.objects.pending()
-        .exclude(job_name__in=sorted(served))
-        .values("job_name")
-        .annotate(waiting=Count("pk"), oldest=Min("enqueued_at"))
-        .order_by("oldest")
-    )
-    return [
-        UnservedJob(
-            job_name=row["job_name"],
-            waiting=row["waiting"],
-            oldest_waiting_at=row["oldest"],
-            oldest_waiting_seconds=age_seconds(now, row["oldest"]),
+        .exclude(job_name__in=sorted(served_jobs))
+        .values("job_name", "queue", "queue__is_paused", "queue__alert_waiting_seconds")
+        .annotate(
+            waiting=Count("pk"),
+            oldest=Min("enqueued_at"),
+            ready=Min(Greatest("enqueued_at", "run_at")),
         )
-        for row in rows
+        .order_by()
+    )
+    by_job: dict[str, tuple[int, datetime]] = {}
+    alarms: list[Alarm] = []
+    for row in rows:
+        name = row["job_name"]
+        count, oldest = by_job.get(name, (0, row["oldest"]))
+        by_job[name] = (count + row["waiting"], min(oldest, row["oldest"]))
+        wait = UnservedWait(
+            job=name,
+            queue=str(row["queue"]),
+            is_paused=row["queue__is_paused"],
+            threshold_seconds=row["queue__alert_waiting_seconds"] or default_threshold,
+            waiting_since=row["ready"],
+            is_queue_served=served(str(row["queue"]), live_queue_lists),
+        )
+        alarm = unserved_job_alarm(wait, now)
+        if alarm is not None:
+            alarms.append(alarm)
+    jobs = [
+        UnservedJob(
+            job_name=name,
+            waiting=count,
+            oldest_waiting_at=oldest,
+            oldest_waiting_seconds=age_seconds(now, oldest),
+        )
+        for name, (count, oldest) in sorted(by_job.items(), key=lambda item: (item[1][1], item[0]))
     ]
+    alarms.sort(key=lambda alarm: (alarm.job or "", alarm.queue or ""))
+    return jobs, alarms
 
 
 def _leader(now: datetime) -> LeaderView | None:

@@ -180,11 +180,12 @@ class WorkerProcess(IQProcess):
         per_thread: int = iq_settings.PREFETCH_PER_THREAD
         return per_thread * self.processing_threads
 
-    def record_runs(self, queue: str, runs: list[tuple[float, bool]]) -> None:
-        """Record the durations of a claim's runs: fairness, metrics and the prefetch."""
-        for seconds, ok in runs:
+    def record_runs(self, queue: str, runs: list[tuple[str, float, bool]]) -> None:
+        """Record the durations of a claim's runs (job name, seconds, success): fairness,
+        metrics and the prefetch."""
+        for job_name, seconds, ok in runs:
             self.picker.record(queue, seconds)
-            self.tally.add(queue, seconds, ok)
+            self.tally.add(queue, job_name, seconds, ok)
             average = self._job_seconds
             # An exponential moving average over about the last ten runs.
             self._job_seconds = seconds if average is None else average + 0.1 * (seconds - average)
@@ -485,6 +486,9 @@ class WorkerProcess(IQProcess):
             EXIT_STUCK,
         )
         self.stuck = True
+        # The run counts as a failure that lasted until now, flushed before the process exits.
+        started = watch.deadline - watch.seconds
+        self.tally.add(claim.queue, watch.entry.job_name, time.monotonic() - started, ok=False)
         self.grace_seconds = min(self.grace_seconds, float(iq_settings.TIMEOUT_GRACE_SECONDS))
         self.stop()
         try:

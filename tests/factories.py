@@ -20,6 +20,7 @@ from django_iq.models import (
     Result,
     Worker,
 )
+from django_iq.registry import autodiscover, registered_jobs
 
 
 class QueueFactory(factory.django.DjangoModelFactory):
@@ -31,6 +32,11 @@ class QueueFactory(factory.django.DjangoModelFactory):
     weight = 1
 
 
+def every_registered_job() -> list[str]:
+    autodiscover()
+    return sorted(registered_jobs())
+
+
 class WorkerFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Worker
@@ -39,6 +45,8 @@ class WorkerFactory(factory.django.DjangoModelFactory):
     host = "host"
     pid = factory.Sequence(lambda n: 1000 + n)
     processing_threads = 4
+    # What a worker started by runworker registers: every job it can run.
+    job_names = factory.LazyFunction(every_registered_job)
 
 
 class EntryFactory(factory.django.DjangoModelFactory):

@@ -1,6 +1,6 @@
 """The Queue admin: counts per state, entries merged and the oldest waiting entry per queue,
-pause, resume and compaction, weight, concurrency and alarm threshold edits, and the route to
-the operations dashboard."""
+pause, resume and compaction, weight, concurrency and alarm threshold edits, and the routes to
+the operations dashboard and the jobs' statistics over the last hour."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from django.utils.timesince import timesince
 
 from django_iq import operations
 from django_iq.admin.common import admin_actor, log_objects, report_outcome
-from django_iq.dashboard import dashboard_view
+from django_iq.dashboard import dashboard_view, job_stats_view
 from django_iq.managers import QueueStats
 from django_iq.models import Queue
 from django_iq.snapshot import read_snapshot
@@ -200,8 +200,12 @@ class QueueAdmin(admin.ModelAdmin):
         def dashboard(request: HttpRequest) -> HttpResponse:
             return dashboard_view(request, admin_site=self.admin_site)
 
+        def job_stats(request: HttpRequest) -> HttpResponse:
+            return job_stats_view(request, admin_site=self.admin_site)
+
         # Before the default routes, whose "<path:object_id>/" would take "dashboard/".
         return [
             path("dashboard/", self.admin_site.admin_view(dashboard), name="django_iq_dashboard"),
+            path("job-stats/", self.admin_site.admin_view(job_stats), name="django_iq_job_stats"),
             *super().get_urls(),
         ]

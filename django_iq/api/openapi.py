@@ -144,6 +144,17 @@ OPERATIONS: tuple[Operation, ...] = (
         "can be checked, and the oldest entry awaiting compute.",
     ),
     Operation(
+        "/jobs/stats/",
+        "get",
+        "getJobStats",
+        "Job statistics over the last hour",
+        {200: ("Every job with runs that ended in the last hour, by name.", "JobStatsList")},
+        "Runs that ended (the current minute and the 59 before it, as workers flushed them with "
+        "their heartbeats), the failures among them (every attempt that ended without success, "
+        "timeouts included), and the median and 95th percentile of their durations, failures "
+        "included, within 11.1 % of the true durations.",
+    ),
+    Operation(
         "/queues/{name}/pause/",
         "post",
         "pauseQueue",
@@ -254,7 +265,7 @@ def document(request: HttpRequest | None = None) -> dict[str, Any]:
             "title": "django_iq management API",
             "version": __version__,
             "description": "Inspect, count and cancel entries, requeue failures, read queue "
-            'statistics and pause or resume queues. JSON; errors are {"error": "..."}. '
+            'and job statistics and pause or resume queues. JSON; errors are {"error": "..."}. '
             "Staff users authenticate with Django's session; POST and DELETE also need the "
             "CSRF token (any GET of the API sets the csrftoken cookie).",
         },

@@ -234,6 +234,26 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "oldest_waiting_seconds": {"type": ["number", "null"], "minimum": 0},
         }
     ),
+    "JobStats": closed_object(
+        {
+            "job_name": {"type": "string", "description": "The registered name of the job."},
+            "runs": {"type": "integer", "minimum": 1, "description": "Runs that ended."},
+            "failed": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Runs among them that ended without success.",
+            },
+            "p50_seconds": {"type": "number", "minimum": 0},
+            "p95_seconds": {"type": "number", "minimum": 0},
+        }
+    ),
+    "JobStatsList": closed_object(
+        {
+            "generated_at": DATE_TIME,
+            "window_start": {**DATE_TIME, "description": "The first minute counted."},
+            "jobs": {"type": "array", "items": ref("JobStats")},
+        }
+    ),
     "QueueList": closed_object({"queues": {"type": "array", "items": ref("Queue")}}),
     "QueueChange": closed_object(
         {

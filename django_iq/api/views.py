@@ -12,6 +12,7 @@ from django.db.models import Exists, Model, OuterRef, QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve, reverse
+from django.utils import timezone
 
 from django_iq import operations
 from django_iq.api import openapi
@@ -37,7 +38,8 @@ from django_iq.api.pagination import (
     stream_ndjson,
 )
 from django_iq.api.serializers import entry_detail, entry_summary, error_dict, queue_dict
-from django_iq.models import Entry, EntryError, GroupLock, OperatorAction, Queue
+from django_iq.managers.jobstats import window_start
+from django_iq.models import Entry, EntryError, GroupLock, JobMinute, OperatorAction, Queue
 from django_iq.snapshot import read_snapshot
 
 REQUEUE_FILTER_KEYS = ("job", "exception_class", "queue")
@@ -275,6 +277,21 @@ def queue_list(request: HttpRequest) -> HttpResponseBase:
                 for queue in Queue.objects.order_by("name")
                 if queue.name in views
             ]
+        }
+    )
+
+
+@endpoint(GET=None)
+def job_stats(request: HttpRequest) -> HttpResponseBase:
+    """Each job with runs that ended in the last hour: how many, the failures among them, and
+    the median and 95th percentile of their durations."""
+    parse_query(request.GET, ())
+    now = timezone.now()
+    return JsonResponse(
+        {
+            "generated_at": now,
+            "window_start": window_start(now),
+            "jobs": [stats.as_dict() for stats in JobMinute.objects.last_hour(now)],
         }
     )
 

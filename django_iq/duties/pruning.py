@@ -15,6 +15,7 @@ from django_iq.models import (
     Batch,
     EntryError,
     JobLimit,
+    JobMinute,
     OperatorAction,
     QueueMinute,
     Result,
@@ -39,6 +40,7 @@ class PrunePass:
     workers: int = 0
     results: int = 0
     metrics: int = 0
+    job_metrics: int = 0
     audit: int = 0
     starts: int = 0
     unique_keys: int = 0
@@ -49,7 +51,7 @@ class PrunePass:
 class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
     than ``WORKER_RETENTION_SECONDS``, task results finished longer than
-    ``RESULT_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS``,
+    ``RESULT_RETENTION_SECONDS``, throughput rows (per queue and per job) past ``METRICS_RETENTION_SECONDS``,
     operators' audit records past ``AUDIT_RETENTION_SECONDS``, rate-limited starts older than
     the longest rate limit period (a day), the rows of unique keys whose window
     (``unique_for``) has passed (an expired row holds nothing), and batches whose callback
@@ -74,6 +76,7 @@ class PruningDuty:
             "errors": lambda: EntryError.objects.prune(errors_before, batch),
             "workers": lambda: Worker.objects.prune(iq_settings.WORKER_RETENTION_SECONDS, batch),
             "metrics": lambda: QueueMinute.objects.prune(minute_before, batch),
+            "job_metrics": lambda: JobMinute.objects.prune(minute_before, batch),
             "results": lambda: Result.objects.prune(finished_before, batch),
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
             "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),

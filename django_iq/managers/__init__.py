@@ -7,6 +7,7 @@ from django_iq.managers.cron import CronJobManager
 from django_iq.managers.dependencies import EntryDependencyManager
 from django_iq.managers.entries import ENQUEUE_BATCH_SIZE, Claim, EntryManager, EntryQuerySet
 from django_iq.managers.errors import EntryErrorManager, EntryErrorQuerySet
+from django_iq.managers.jobstats import JobMinuteManager, JobStats, JobTally
 from django_iq.managers.leadership import LEASE_NAME, LeaderLeaseManager
 from django_iq.managers.limits import JobLimitManager
 from django_iq.managers.locks import GroupLockManager
@@ -31,6 +32,9 @@ __all__ = [
     "Failure",
     "GroupLockManager",
     "JobLimitManager",
+    "JobMinuteManager",
+    "JobStats",
+    "JobTally",
     "LeaderLeaseManager",
     "OperatorActionManager",
     "QueueManager",

@@ -11,6 +11,7 @@ from django.db import models, router, transaction
 from django.db.models import Max, Q, Sum
 
 from django_iq.appmodels import iq
+from django_iq.managers.jobstats import JobTally
 from django_iq.queries import upsert_add
 
 if TYPE_CHECKING:
@@ -36,10 +37,15 @@ class QueueTally:
 
 
 class QueueMinuteManager(models.Manager["QueueMinute"]):
-    def record(self, tallies: dict[tuple[str, datetime], QueueTally]) -> None:
+    def record(
+        self,
+        tallies: dict[tuple[str, datetime], QueueTally],
+        jobs: dict[tuple[str, datetime, int], JobTally] | None = None,
+    ) -> None:
         """Add ``tallies`` ((queue, minute) -> counts) to the per-minute rows and the totals,
-        in one transaction (a savepoint inside the caller's)."""
-        if not tallies:
+        and ``jobs`` ((job name, minute, bucket) -> counts) to ``JobMinute``, in one
+        transaction (a savepoint inside the caller's)."""
+        if not tallies and not jobs:
             return
         db = router.db_for_write(self.model)
         minutes = [
@@ -69,6 +75,8 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
         with transaction.atomic(using=db):
             upsert_add(db, iq.QueueMinute, ["queue", "minute"], minutes)
             upsert_add(db, iq.QueueTotal, ["queue"], list(totals.values()))
+            if jobs:
+                iq.JobMinute.objects.record(db, jobs)
 
     def per_minute(self, start: datetime) -> dict[datetime, dict[str, int]]:
         """Done and failed per minute over all queues since ``start``."""

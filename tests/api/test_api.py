@@ -100,6 +100,7 @@ def endpoints() -> list[tuple[str, str, Any]]:
         ("get", url("error", 1), None),
         ("post", url("error-requeue"), {"ids": [1]}),
         ("get", url("queue-list"), None),
+        ("get", url("job-stats"), None),
         ("post", url("queue-pause", "default"), {}),
         ("post", url("queue-resume", "default"), {}),
         ("get", url("openapi"), None),
@@ -174,6 +175,7 @@ def test_staff_without_custom_permissions_may_read(staff: Api) -> None:
 
     assert staff.get(url("entry-list")).status_code == 200
     assert staff.get(url("queue-list")).status_code == 200
+    assert staff.get(url("job-stats")).status_code == 200
 
 
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(operator: Api) -> None:

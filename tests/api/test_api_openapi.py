@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from django.urls import URLPattern
+from django.utils import timezone
 
 from django_iq.api import urls as api_urls
 from django_iq.api.endpoint import Endpoint
 from django_iq.api.openapi import document
 from django_iq.api.pagination import encode_cursor
+from django_iq.models import JobMinute
 from tests.api.test_api import PERMISSIONS, Api, make_user
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
 
@@ -219,6 +221,8 @@ def test_every_answer_matches_its_documented_schema(doc: dict[str, Any]) -> None
     get("/errors/{error_id}/", f"/errors/{final.pk}/")
     get("/errors/{error_id}/", "/errors/987654/")
     get("/queues/")
+    JobMinute.objects.create(job_name="shop.jobs.invoice", minute=timezone.now(), bucket=9, runs=3)
+    get("/jobs/stats/")
     get("/openapi.json")
 
     def send(path: str, method: str, real: str, body: Any = None) -> Any:

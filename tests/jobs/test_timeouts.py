@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from django_iq import job
 from django_iq.exceptions import InvalidJobOptions, JobTimeout
-from django_iq.models import Entry, EntryError, GroupLock
+from django_iq.managers.jobstats import QUANTILE_RELATIVE_ERROR
+from django_iq.models import Entry, EntryError, GroupLock, JobMinute
 from django_iq.process import EXIT_OK, EXIT_STUCK
 from django_iq.worker import WorkerProcess
 from tests.factories import attempt_errors
@@ -121,6 +123,13 @@ def test_a_job_blocked_in_c_is_given_up_after_the_grace_period_and_its_worker_ex
     assert not GroupLock.objects.exists(), "nothing is left locked"
     assert not Entry.objects.exists()
     assert JobRun.objects.filter(token="bystander").exists()
+    # The run given up counts as a failure that lasted the timeout and the grace period.
+    (stats,) = [
+        s for s in JobMinute.objects.last_hour(timezone.now()) if s.job_name == entry.job_name
+    ]
+    assert (stats.runs, stats.failed) == (1, 1)
+    assert stats.p50_seconds is not None
+    assert stats.p50_seconds >= 0.8 * (1 - QUANTILE_RELATIVE_ERROR)
     # The blocked thread wakes later: the JobTimeout reaches the job as its C call returns, and
     # the worker writes nothing more for the entry it gave up.
     time.sleep(4)

@@ -471,13 +471,13 @@ def _queries(action: Callable[[], object]) -> int:
 
 
 @pytest.mark.django_db
-def test_dashboard_data_takes_sixteen_queries(django_assert_num_queries: Any) -> None:
+def test_dashboard_data_takes_seventeen_queries(django_assert_num_queries: Any) -> None:
     EntryFactory()
     WorkerFactory()
 
     # The operator snapshot's twelve, the jobs no live worker serves (two), the per-minute
-    # counts, and the jobs' limits (none here: one).
-    with django_assert_num_queries(16):
+    # counts, the last hour per job, and the jobs' limits (none here: one).
+    with django_assert_num_queries(17):
         dashboard_data(timezone.now())
 
 

@@ -204,6 +204,9 @@ def test_response_is_the_text_format_and_never_cached(staff_client: Client) -> N
         "django_iq_worker_throttled": "gauge",
         "django_iq_unserved_job_waiting_entries": "gauge",
         "django_iq_unserved_job_oldest_waiting_seconds": "gauge",
+        "django_iq_job_runs_last_hour": "gauge",
+        "django_iq_job_failures_last_hour": "gauge",
+        "django_iq_job_duration_last_hour_seconds": "gauge",
     }
 
 
@@ -315,7 +318,7 @@ def test_collector_registers_in_another_registry_without_querying(
 
 
 @pytest.mark.django_db
-def test_a_scrape_takes_fifteen_queries_whatever_the_data(
+def test_a_scrape_takes_sixteen_queries_whatever_the_data(
     django_assert_num_queries: Any,
 ) -> None:
     for index in range(5):
@@ -325,9 +328,9 @@ def test_a_scrape_takes_fifteen_queries_whatever_the_data(
         EntryErrorFactory(queue=queue)
     WorkerFactory.create_batch(4)
 
-    # The operator snapshot's twelve, the jobs no live worker serves (two), and the lifetime
-    # totals.
-    with django_assert_num_queries(15):
+    # The operator snapshot's twelve, the jobs no live worker serves (two), the lifetime
+    # totals and the last hour per job.
+    with django_assert_num_queries(16):
         scrape = read_scrape(timezone.now())
 
     assert len(scrape.snapshot.queues) == 5

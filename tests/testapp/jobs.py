@@ -303,3 +303,21 @@ def batch_done(batch_id: int, succeeded: int, failed: int, label: str = "") -> s
         finished_at=time.time(),
     )
     return f"{succeeded}/{failed}"
+
+
+def _sleep_then(seconds: float, fail: bool) -> None:
+    time.sleep(seconds)  # the job's own work: a run of known length, with no query to wait on
+    if fail:
+        raise ValueError(f"failed after {seconds} s")
+
+
+@job(max_attempts=1)
+def sleeps(seconds: float, fail: bool = False) -> None:
+    """Takes ``seconds`` and, with ``fail``, fails for good: runs of known durations."""
+    _sleep_then(seconds, fail)
+
+
+@job(max_attempts=1)
+def sleeps_too(seconds: float, fail: bool = False) -> None:
+    """Like ``sleeps``, under another job name."""
+    _sleep_then(seconds, fail)

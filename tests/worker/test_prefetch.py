@@ -20,7 +20,7 @@ def test_before_any_job_has_finished_nothing_is_prefetched() -> None:
 
 def test_short_jobs_let_four_claims_per_thread_wait() -> None:
     w = worker()
-    w.record_runs("default", [(0.002, True)] * 5)
+    w.record_runs("default", [("tests.testapp.jobs.noop", 0.002, True)] * 5)
 
     assert w.prefetch() == 16
     assert w.idle_threads() == 20
@@ -28,8 +28,8 @@ def test_short_jobs_let_four_claims_per_thread_wait() -> None:
 
 def test_long_jobs_stop_the_prefetch_once_the_average_rises() -> None:
     w = worker()
-    w.record_runs("default", [(0.002, True)] * 5)
-    w.record_runs("default", [(5.0, True)] * 3)
+    w.record_runs("default", [("tests.testapp.jobs.noop", 0.002, True)] * 5)
+    w.record_runs("default", [("tests.testapp.jobs.noop", 5.0, True)] * 3)
 
     assert w.prefetch() == 0
     assert w.idle_threads() == 4
@@ -37,7 +37,7 @@ def test_long_jobs_stop_the_prefetch_once_the_average_rises() -> None:
 
 def test_the_settings_set_the_depth_and_the_threshold() -> None:
     w = worker(threads=2)
-    w.record_runs("default", [(0.05, False)])
+    w.record_runs("default", [("tests.testapp.jobs.noop", 0.05, False)])
 
     with iq_settings_with(PREFETCH_PER_THREAD=3):
         assert w.prefetch() == 6

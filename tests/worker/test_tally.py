@@ -19,9 +19,9 @@ MINUTE = datetime(2026, 1, 5, 10, 30, tzinfo=UTC)
 
 def test_flush_writes_counts_per_queue_and_minute_and_forgets_them() -> None:
     tally = Tally()
-    tally.add("default", 0.005, ok=True, now=MINUTE.replace(second=10))
-    tally.add("default", 0.5, ok=False, now=MINUTE.replace(second=50))
-    tally.add("emails", 2.0, ok=True, now=MINUTE)
+    tally.add("default", "tests.testapp.jobs.noop", 0.005, ok=True, now=MINUTE.replace(second=10))
+    tally.add("default", "tests.testapp.jobs.noop", 0.5, ok=False, now=MINUTE.replace(second=50))
+    tally.add("emails", "tests.testapp.jobs.noop", 2.0, ok=True, now=MINUTE)
 
     assert tally.flush() == 3
     assert tally.flush() == 0
@@ -39,9 +39,9 @@ def test_flush_writes_counts_per_queue_and_minute_and_forgets_them() -> None:
 
 def test_a_second_flush_adds_to_the_same_minute() -> None:
     tally = Tally()
-    tally.add("default", 0.1, ok=True, now=MINUTE)
+    tally.add("default", "tests.testapp.jobs.noop", 0.1, ok=True, now=MINUTE)
     tally.flush()
-    tally.add("default", 0.1, ok=True, now=MINUTE)
+    tally.add("default", "tests.testapp.jobs.noop", 0.1, ok=True, now=MINUTE)
     tally.flush()
 
     assert QueueMinute.objects.get(queue="default", minute=MINUTE).done == 2
@@ -50,7 +50,7 @@ def test_a_second_flush_adds_to_the_same_minute() -> None:
 
 def test_a_failed_flush_keeps_the_counts_and_merges_new_ones() -> None:
     tally = Tally()
-    tally.add("default", 0.1, ok=True, now=MINUTE)
+    tally.add("default", "tests.testapp.jobs.noop", 0.1, ok=True, now=MINUTE)
     with (
         mock.patch.object(
             QueueMinute.objects, "record", side_effect=DatabaseError("server closed")
@@ -58,7 +58,7 @@ def test_a_failed_flush_keeps_the_counts_and_merges_new_ones() -> None:
         pytest.raises(DatabaseError),
     ):
         tally.flush()
-    tally.add("default", 0.2, ok=False, now=MINUTE)
+    tally.add("default", "tests.testapp.jobs.noop", 0.2, ok=False, now=MINUTE)
 
     assert tally.flush() == 2
     row = QueueMinute.objects.get(queue="default", minute=MINUTE)
