@@ -64,8 +64,18 @@ class Ack:
     # Set once the success is written or given up on.
     done: threading.Event = field(default_factory=threading.Event)
 
-    def success(self, started: tuple[datetime, str] | None = None) -> Success:
-        return Success(self.entry, self.lock_id, self.return_value, self.finished_at, started)
+    def success(
+        self, started: tuple[datetime, str] | None = None, worker_name: str = ""
+    ) -> Success:
+        return Success(
+            self.entry,
+            self.lock_id,
+            self.return_value,
+            self.finished_at,
+            started,
+            worker_name=worker_name,
+            duration_seconds=self.duration_seconds,
+        )
 
 
 @dataclass
@@ -269,7 +279,9 @@ class AckWriter:
 
     def _success(self, ack: Ack, folded: dict[int, Start]) -> Success:
         start = folded.get(id(ack))
-        return ack.success(None if start is None else (start.at, self.worker_name))
+        return ack.success(
+            None if start is None else (start.at, self.worker_name), self.worker_name
+        )
 
     def _write_one_by_one(self, batch: list[Ack], folded: dict[int, Start]) -> None:
         for ack in batch:

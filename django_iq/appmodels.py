@@ -32,6 +32,7 @@ class AppModels:
         EntryDependency: type[models.EntryDependency]
         JobStart: type[models.JobStart]
         Result: type[models.Result]
+        RunOutcome: type[models.RunOutcome]
         QueueMinute: type[models.QueueMinute]
         QueueTotal: type[models.QueueTotal]
         OperatorAction: type[models.OperatorAction]

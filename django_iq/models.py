@@ -1,10 +1,11 @@
 """The models: Queue, Entry, GroupLock, EntryError, Worker, CronJob, LeaderLease, DisabledJob,
-Result, QueueMinute, QueueTotal, OperatorAction and UniqueKey."""
+Result, RunOutcome, QueueMinute, QueueTotal, OperatorAction and UniqueKey."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -24,11 +25,18 @@ from django_iq.managers import (
     QueueMinuteManager,
     QueueTotalManager,
     ResultManager,
+    RunOutcomeManager,
     UniqueKeyManager,
     WorkerManager,
 )
 from django_iq.schedule import validate_schedule
-from django_iq.states import MAX_PRIORITY, MIN_PRIORITY, EntryState, ResultStatus
+from django_iq.states import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    EntryState,
+    OutcomeStatus,
+    ResultStatus,
+)
 
 
 class Queue(models.Model):
@@ -457,6 +465,45 @@ class Result(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path} {self.id} ({self.status})"
+
+
+class RunOutcome(models.Model):
+    """One run that ended: what ran, on which worker, how long, and how it ended (its return
+    value, or its exception). Written with the run's acknowledgement or failure, in the same
+    transaction; kept for ``OUTCOME_RETENTION_SECONDS`` after it finished."""
+
+    entry_id = models.BigIntegerField()
+    # The Django Tasks result of the entry, for entries enqueued through the Tasks backend.
+    result_id = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001
+    job_name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=OutcomeStatus.choices)
+    attempt = models.PositiveIntegerField()
+    # The job's return value (JSON); over OUTCOME_MAX_RETURN_BYTES, a marker saying so.
+    return_value = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    exception_class = models.CharField(max_length=255, blank=True)
+    traceback = models.TextField(blank=True)
+    worker_name = models.CharField(max_length=200, blank=True)
+    # None for an entry that ended without running (cancelled while it waited).
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField()
+    duration_seconds = models.FloatField(null=True, blank=True)
+
+    objects = RunOutcomeManager()
+
+    class Meta:
+        ordering = ("-finished_at", "-id")
+        indexes = [
+            # A job's recent runs; pruning by age; a Tasks result's runs.
+            models.Index(fields=["job_name", "finished_at"], name="iq_outcome_job_idx"),
+            models.Index(fields=["finished_at"], name="iq_outcome_finished_idx"),
+            models.Index(fields=["result_id"], name="iq_outcome_result_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} #{self.entry_id} attempt {self.attempt}: {self.status}"
 
 
 class QueueMinute(models.Model):

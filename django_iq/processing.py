@@ -140,17 +140,18 @@ class Processor:
         snoozed, ``ABANDONED`` if it was given up past its timeout, or None if it failed (the
         outcome is written)."""
         started = time.monotonic()
+        started_at = timezone.now()
         lock_id = claim.lock_id if last else None
         try:
             job = get_job(entry.job_name)
         except JobNotRegistered as exc:
-            self._failed(entry, lock_id, written, None, exc)
+            self._failed(entry, lock_id, written, None, exc, started_at=started_at)
             return None
         malformed = stored_call_problem(entry)
         if malformed is not None:
             # A row written by hand: running it again cannot help, so the failure is final.
             refused = InvalidJobArguments(malformed)
-            self._failed(entry, lock_id, written, job, refused, final=True)
+            self._failed(entry, lock_id, written, job, refused, final=True, started_at=started_at)
             return None
         signals.send(signals.entry_started, Entry, entry=entry, worker_name=self.worker_name)
         logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
@@ -169,7 +170,9 @@ class Processor:
         watch = None
         if watchdog is not None and timeout is not None:
             # A coroutine is cancelled at its deadline by its own event loop (Job.invoke).
-            watch = Watch(entry, timeout, interrupt=not job.is_async, context=(claim, written))
+            watch = Watch(
+                entry, timeout, interrupt=not job.is_async, context=(claim, written, started_at)
+            )
         try:
             try:
                 if watchdog is not None and watch is not None:
@@ -184,7 +187,7 @@ class Processor:
             if self._abandoned(watch):
                 return ABANDONED
             self.acks.wait_for(starts)
-            self._snoozed(entry, lock_id, written, job, snooze)
+            self._snoozed(entry, lock_id, written, job, snooze, started_at)
             return SNOOZED
         except BaseException as exc:  # the processing boundary: every failure is recorded.
             # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
@@ -195,7 +198,7 @@ class Processor:
             if isinstance(exc, JobTimeout) and watch is not None and not exc.args:
                 exc = JobTimeout(watch.message()).with_traceback(exc.__traceback__)
             self.acks.wait_for(starts)
-            self._failed(entry, lock_id, written, job, exc)
+            self._failed(entry, lock_id, written, job, exc, started_at=started_at)
             return None
         if self._abandoned(watch):
             return ABANDONED
@@ -221,7 +224,7 @@ class Processor:
         the claim's other entries are free for any worker. Called by the watchdog once it has
         taken the run from its thread."""
         entry = watch.entry
-        claim, written = watch.context
+        claim, written, started_at = watch.context
         exc = JobTimeout(
             f"{watch.message()} It had not returned {iq_settings.TIMEOUT_GRACE_SECONDS:g} s "
             "after JobTimeout was raised in it (blocked outside Python code), so it was given "
@@ -231,7 +234,7 @@ class Processor:
             job: Job[Any, Any] | None = get_job(entry.job_name)
         except JobNotRegistered:
             job = None
-        self._failed(entry, claim.lock_id, written, job, exc)
+        self._failed(entry, claim.lock_id, written, job, exc, started_at=started_at)
 
     def _failed(
         self,
@@ -242,12 +245,13 @@ class Processor:
         exc: BaseException,
         *,
         final: bool = False,
+        started_at: datetime | None = None,
     ) -> None:
         self._log_failure(entry, exc, job, final=final)
         if lock_id is not None:
             # This failure gives the lock up: the claim's successes it covers are written first.
             self.acks.wait_for(written)
-        self._record_failure(entry, lock_id, job, exc, final=final)
+        self._record_failure(entry, lock_id, job, exc, final=final, started_at=started_at)
 
     def _snoozed(
         self,
@@ -256,6 +260,7 @@ class Processor:
         written: list[Ack],
         job: Job[Any, Any],
         snooze: Snooze,
+        started_at: datetime,
     ) -> None:
         if lock_id is not None:
             # The lock goes: the claim's successes it covers are written first.
@@ -272,6 +277,7 @@ class Processor:
                 worker_name=self.worker_name,
                 now=now,
                 jobs=catalog,
+                started_at=started_at,
             ),
             "snooze",
         )
@@ -332,6 +338,7 @@ class Processor:
         exc: BaseException,
         *,
         final: bool = False,
+        started_at: datetime | None = None,
     ) -> None:
         refresh_connections()
         now = timezone.now()
@@ -356,6 +363,7 @@ class Processor:
                 worker_name=self.worker_name,
                 now=now,
                 jobs=catalog,
+                started_at=started_at,
             ),
             "fail",
         )

@@ -739,8 +739,8 @@ WITH le AS (
     ORDER BY {entry_id} FOR UPDATE
 ), de AS (
     DELETE FROM {entry_table} e USING le WHERE e.{entry_id} = le.{entry_id}
-    RETURNING e.{entry_id}{returned_key}
-){windows}, dd AS (
+    RETURNING e.{entry_id}{returned_key}{returned_outcome}
+){windows}{outcomes}, dd AS (
     DELETE FROM {dep_table} d USING de WHERE d.{dep_parent} = de.{entry_id}
     RETURNING d.{dep_child}
 ), rc AS (
@@ -792,7 +792,23 @@ COMPLETE_WINDOWS_POSTGRESQL = """, uk AS (
     FROM de WHERE k.{key} = de.{unique_key} AND k.{expires_at} IS NULL
     RETURNING k.{id}
 )"""
-_COMPLETE_SQL: dict[tuple[str, bool, bool], str] = {}
+# The outcome records of the entries this statement deleted (those of jobs that keep them), in
+# the same statement: what ran is read from the deleted rows, how it ended from the arrays.
+COMPLETE_OUTCOMES_POSTGRESQL = """, oi AS (
+    INSERT INTO {table} ({entry_id}, {result_id}, {job_name}, {queue}, {args}, {kwargs},
+        {status}, {attempt}, {return_value}, {exception_class}, {traceback}, {worker_name},
+        {started_at}, {finished_at}, {duration_seconds})
+    SELECT de.{e_id}, de.{e_result_id}, de.{e_job_name}, de.{e_queue}, de.{e_args},
+        de.{e_kwargs}, 'succeeded', de.{e_attempts} + 1, v.value::jsonb, '', '', v.worker,
+        v.started, v.at, v.took
+    FROM unnest(%(o_entries)s::bigint[], %(o_values)s::text[], %(o_ats)s::timestamptz[],
+                %(o_started)s::timestamptz[], %(o_took)s::float8[], %(o_workers)s::text[])
+         AS v(entry, value, at, started, took, worker)
+    JOIN de ON de.{e_id} = v.entry
+)"""
+# What the outcome records read from the deleted entries.
+_OUTCOME_ENTRY_FIELDS = ("job_name", "queue", "args", "kwargs", "attempts", "result_id")
+_COMPLETE_SQL: dict[tuple[str, bool, bool, bool], str] = {}
 
 
 @dataclass(frozen=True)
@@ -804,6 +820,19 @@ class ResultDone:
     at: datetime
     started: datetime | None = None
     worker: str | None = None
+
+
+@dataclass(frozen=True)
+class OutcomeDone:
+    """A success's outcome record: the entry, its return value as stored (JSON text, or None),
+    when the run finished and started, how long it took, and the worker that ran it."""
+
+    entry_id: int
+    return_json: str | None
+    at: datetime
+    started: datetime | None
+    duration_seconds: float | None
+    worker_name: str
 
 
 def supports_single_statement_complete(using: str) -> bool:
@@ -818,11 +847,12 @@ def complete_in_one_statement(
     results: Sequence[ResultDone] = (),
     *,
     unique_keys: bool = False,
+    outcomes: Sequence[OutcomeDone] = (),
 ) -> tuple[set[int], list[Any]]:
-    """Delete finished entries and the group locks of the claims they ended, and finish their
-    Tasks ``results``, in one statement; return the lock ids that were deleted and the
-    ``Result`` rows as written. ``unique_keys``: some entries hold unique keys, whose windows
-    (``unique_for``) start."""
+    """Delete finished entries and the group locks of the claims they ended, finish their
+    Tasks ``results`` and insert their ``outcomes`` records, in one statement; return the lock
+    ids that were deleted and the ``Result`` rows as written. ``unique_keys``: some entries
+    hold unique keys, whose windows (``unique_for``) start."""
     connection = connections[using]
     params: dict[str, Any] = {
         "entries": sorted(set(entry_ids)),
@@ -838,8 +868,18 @@ def complete_in_one_statement(
             r_started=[r.started for r in ordered],
             r_workers=[r.worker for r in ordered],
         )
+    if outcomes:
+        params.update(
+            o_entries=[o.entry_id for o in outcomes],
+            o_values=[o.return_json for o in outcomes],
+            o_ats=[o.at for o in outcomes],
+            o_started=[o.started for o in outcomes],
+            o_took=[o.duration_seconds for o in outcomes],
+            o_workers=[o.worker_name for o in outcomes],
+        )
+    sql = _complete_sql(connection, bool(results), unique_keys, bool(outcomes))
     with connection.cursor() as cursor:
-        cursor.execute(_complete_sql(connection, bool(results), unique_keys), params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     if not results:
         return {row[0] for row in rows}, []
@@ -848,8 +888,10 @@ def complete_in_one_statement(
     return locks, written
 
 
-def _complete_sql(connection: Any, with_results: bool, with_windows: bool) -> str:
-    key = (connection.alias, with_results, with_windows)
+def _complete_sql(
+    connection: Any, with_results: bool, with_windows: bool, with_outcomes: bool = False
+) -> str:
+    key = (connection.alias, with_results, with_windows, with_outcomes)
     sql = _COMPLETE_SQL.get(key)
     if sql is None:
         quote = connection.ops.quote_name
@@ -873,6 +915,15 @@ def _complete_sql(connection: Any, with_results: bool, with_windows: bool) -> st
             )
         entry = columns(connection, iq.Entry)
         dependency = columns(connection, iq.EntryDependency)
+        outcomes = returned_outcome = ""
+        if with_outcomes:
+            returned_outcome = "".join(f", e.{entry[name]}" for name in _OUTCOME_ENTRY_FIELDS)
+            outcomes = COMPLETE_OUTCOMES_POSTGRESQL.format(
+                table=quote(str(iq.RunOutcome._meta.db_table)),
+                e_id=entry["id"],
+                **{f"e_{name}": entry[name] for name in _OUTCOME_ENTRY_FIELDS},
+                **columns(connection, iq.RunOutcome),
+            )
         sql = COMPLETE_POSTGRESQL.format(
             entry_table=quote(str(iq.Entry._meta.db_table)),
             entry_id=quote(str(iq.Entry._meta.pk.column)),
@@ -885,6 +936,8 @@ def _complete_sql(connection: Any, with_results: bool, with_windows: bool) -> st
             queue=entry["queue"],
             channel=NOTIFY_CHANNEL,
             returned_key=f", e.{unique_key}" if with_windows else "",
+            returned_outcome=returned_outcome,
+            outcomes=outcomes,
             windows=windows,
             before_locks="uk" if with_windows else "de",
             lock_table=quote(str(iq.GroupLock._meta.db_table)),

@@ -192,7 +192,8 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None, **option
     (a parameter name or ``f(args, kwargs)``: each call's group key), ``merge`` (with
     ``group_by``: folds a group's waiting entries into one, see ``compaction.py``),
     ``backoff_base_seconds``, ``backoff_max_seconds``, ``retry_on``, ``dont_retry_on``,
-    ``max_snoozes``, ``unique`` and ``unique_for``. Raises ``InvalidJobOptions``.
+    ``max_snoozes``, ``unique``, ``unique_for`` and ``keep_outcomes`` (False: runs leave no
+    outcome record). Raises ``InvalidJobOptions``.
     """
     for option in options:
         if option not in JOB_OPTIONS:
@@ -312,6 +313,10 @@ class RegisteredJobs:
         except JobNotRegistered:
             default: int = iq_settings.DEFAULT_MAX_ATTEMPTS
             return default
+
+    def keeps_outcomes(self, job_name: str) -> bool:
+        job = registered_jobs().get(job_name)
+        return job is None or job.options.keep_outcomes
 
 
 catalog = RegisteredJobs()

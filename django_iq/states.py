@@ -50,6 +50,15 @@ class ResultStatus(models.TextChoices):
     SUCCESSFUL = "SUCCESSFUL", "successful"
 
 
+class OutcomeStatus(models.TextChoices):
+    """How one run ended, as its outcome record says."""
+
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    TIMED_OUT = "timed_out", "timed out"
+    CANCELLED = "cancelled", "cancelled"
+
+
 def group_lock_key(group_key: str) -> str:
     """The lock key every entry of group ``group_key`` shares."""
     return f"g:{group_key}"

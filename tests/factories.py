@@ -18,6 +18,7 @@ from django_iq.models import (
     LeaderLease,
     Queue,
     Result,
+    RunOutcome,
     Worker,
 )
 
@@ -135,6 +136,18 @@ class ResultFactory(factory.django.DjangoModelFactory):
     id = factory.LazyFunction(lambda: uuid.uuid4().hex)
     task_path = "tests.testapp.tasks.add"
     queue_name = "default"
+
+
+class RunOutcomeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = RunOutcome
+
+    entry_id = factory.Sequence(lambda n: n + 1)
+    job_name = "tests.testapp.jobs.record"
+    queue = "default"
+    status = "succeeded"
+    attempt = 1
+    finished_at = factory.LazyFunction(timezone.now)
 
 
 class LeaderLeaseFactory(factory.django.DjangoModelFactory):

@@ -6,7 +6,16 @@ heartbeat, read by the dashboard's charts and the Prometheus endpoint, which sho
 than rows of numbers; editing them by hand would only falsify the metrics.
 """
 
-from django_iq.admin import audit, cron, entries, errors, processes, queues
+from django_iq.admin import audit, cron, entries, errors, outcomes, processes, queues
 from django_iq.admin.common import EstimatedCountPaginator
 
-__all__ = ["EstimatedCountPaginator", "audit", "cron", "entries", "errors", "processes", "queues"]
+__all__ = [
+    "EstimatedCountPaginator",
+    "audit",
+    "cron",
+    "entries",
+    "errors",
+    "outcomes",
+    "processes",
+    "queues",
+]

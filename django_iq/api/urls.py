@@ -14,6 +14,7 @@ urlpatterns = [
     path("errors/", views.error_list, name="error-list"),
     path("errors/requeue/", views.error_requeue, name="error-requeue"),
     path("errors/<int:error_id>/", views.error, name="error"),
+    path("outcomes/", views.outcome_list, name="outcome-list"),
     path("queues/", views.queue_list, name="queue-list"),
     path("queues/<path:name>/pause/", views.queue_pause, name="queue-pause"),
     path("queues/<path:name>/resume/", views.queue_resume, name="queue-resume"),

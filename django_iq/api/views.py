@@ -19,6 +19,7 @@ from django_iq.api.endpoint import (
     CANCEL_PERMISSION,
     PAUSE_PERMISSION,
     REQUEUE_PERMISSION,
+    VIEW_OUTCOMES_PERMISSION,
     ApiError,
     Endpoint,
     InvalidParameter,
@@ -27,7 +28,14 @@ from django_iq.api.endpoint import (
     read_json_object,
     refuse_unknown_keys,
 )
-from django_iq.api.filters import ENTRY_FILTERS, ERROR_FILTERS, Param, apply_filters, parse_query
+from django_iq.api.filters import (
+    ENTRY_FILTERS,
+    ERROR_FILTERS,
+    OUTCOME_FILTERS,
+    Param,
+    apply_filters,
+    parse_query,
+)
 from django_iq.api.pagination import (
     CURSOR,
     DEFAULT_LIMIT,
@@ -36,8 +44,14 @@ from django_iq.api.pagination import (
     paginate,
     stream_ndjson,
 )
-from django_iq.api.serializers import entry_detail, entry_summary, error_dict, queue_dict
-from django_iq.models import Entry, EntryError, GroupLock, OperatorAction, Queue
+from django_iq.api.serializers import (
+    entry_detail,
+    entry_summary,
+    error_dict,
+    outcome_dict,
+    queue_dict,
+)
+from django_iq.models import Entry, EntryError, GroupLock, OperatorAction, Queue, RunOutcome
 from django_iq.snapshot import read_snapshot
 
 REQUEUE_FILTER_KEYS = ("job", "exception_class", "queue")
@@ -184,6 +198,12 @@ def _cancel(request: HttpRequest, ids: list[int], *, single: bool) -> HttpRespon
 def error_list(request: HttpRequest) -> HttpResponseBase:
     """List failed attempts matching the filters, by id (tracebacks left out)."""
     return _listing(request, EntryError.objects.all(), ERROR_FILTERS, error_dict)
+
+
+@endpoint(GET=VIEW_OUTCOMES_PERMISSION)
+def outcome_list(request: HttpRequest) -> HttpResponseBase:
+    """List the records of runs that ended, matching the filters, by id."""
+    return _listing(request, RunOutcome.objects.all(), OUTCOME_FILTERS, outcome_dict)
 
 
 @endpoint(GET=None)

@@ -22,6 +22,7 @@ from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_
 from django_iq.managers.compaction import EntryCompactionManager
 from django_iq.managers.dependencies import PARENT_FAILED
 from django_iq.managers.outcomes import Failure
+from django_iq.managers.records import keeps_outcomes
 from django_iq.options import JobCatalog, JobLimits, JobOptions
 from django_iq.queries import (
     COPY_ENQUEUE_MIN_ROWS,
@@ -454,6 +455,7 @@ class EntryManager(EntryCompactionManager):
                     message=f"Parent entry {failed[0]} had failed for good before this entry "
                     "was enqueued with using(after=...).",
                     final=True,
+                    ran=False,
                 )
                 for entry in entries:
                     self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
@@ -625,24 +627,27 @@ class EntryManager(EntryCompactionManager):
 
         return atomic_retrying(db, write, "run_now")
 
-    def cancel(self, ids: Iterable[int]) -> tuple[int, int]:
+    def cancel(self, ids: Iterable[int], jobs: JobCatalog | None = None) -> tuple[int, int]:
         """Delete the given entries unless a worker is running them.
 
         Return ``(cancelled, skipped)``: entries whose group lock is held are refused, since a
         worker is computing them. Who cancelled is the caller's to record (the admin and the API
         write Django's admin log).
         """
-        cancelled, refused = self.cancel_returning(ids)
+        cancelled, refused = self.cancel_returning(ids, jobs)
         return len(cancelled), len(refused)
 
-    def cancel_returning(self, ids: Iterable[int]) -> tuple[list[Entry], list[int]]:
+    def cancel_returning(
+        self, ids: Iterable[int], jobs: JobCatalog | None = None
+    ) -> tuple[list[Entry], list[int]]:
         """Cancel as ``cancel`` does; return the entries deleted and the ids refused as running.
 
         For callers that record what they cancelled (the API writes an admin log entry per
         entry). The rows are locked first and the group locks read after, in a statement of its
         own: a claim committed meanwhile is seen and its entries are refused, and no worker can
         claim a locked row before the delete (SQLite serializes writers instead). Ids that match
-        no entry are in neither list.
+        no entry are in neither list. Each cancelled entry leaves a ``cancelled`` outcome record
+        (unless its job keeps none, as ``jobs`` tells).
         """
         db = router.db_for_write(self.model)
         wanted = sorted(set(ids))
@@ -660,9 +665,13 @@ class EntryManager(EntryCompactionManager):
                 iq.EntryDependency.objects.parents_ended(
                     db, [entry.pk for entry in cancelled], failure="was cancelled"
                 )
+                now = timezone.now()
+                iq.RunOutcome.objects.db_manager(db).record_cancelled(
+                    [e for e in cancelled if keeps_outcomes(e, jobs)], now
+                )
                 result_ids = [e.result_id for e in cancelled if e.result_id is not None]
                 if result_ids:
-                    iq.Result.objects.db_manager(db).record_cancelled(result_ids, timezone.now())
+                    iq.Result.objects.db_manager(db).record_cancelled(result_ids, now)
             return cancelled, [entry.pk for entry in rows if entry.lock_key in held]
 
         return atomic_retrying(db, write, "cancel")

@@ -16,8 +16,10 @@ from django_iq.appmodels import iq
 from django_iq.exceptions import SnoozeLimitReached
 from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
+from django_iq.managers.records import keeps_outcomes, return_json, started_at
 from django_iq.options import JobCatalog
 from django_iq.queries import (
+    OutcomeDone,
     ResultDone,
     complete_in_one_statement,
     supports_single_statement_complete,
@@ -35,6 +37,8 @@ class Failure:
     ``final`` ends the entry whatever attempts it has left. Otherwise the entry waits for
     ``retry_at`` (``initial``), or, with ``retry_at`` None, is ready again at once; it loses
     ``priority_decay`` priority (an entry that keeps killing its worker cannot starve others).
+    ``started_at`` is when the attempt's run started (None if unknown); ``ran`` False: the
+    entry ended without running (its parent failed), which leaves no outcome record.
     """
 
     exception_class: str
@@ -44,6 +48,8 @@ class Failure:
     final: bool = False
     retry_at: datetime | None = None
     priority_decay: int = 0
+    started_at: datetime | None = None
+    ran: bool = True
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,9 @@ class Success:
     at: datetime | None = None
     # A Tasks result's start not written yet, ``(time, worker id)``: written with the success.
     started: tuple[datetime, str] | None = None
+    # For the outcome record: the worker that ran it and how long the run took.
+    worker_name: str = ""
+    duration_seconds: float | None = None
 
 
 class EntryOutcomeManager(models.Manager["Entry"]):
@@ -120,10 +129,27 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                 if s.entry.result_id is not None
             ]
             keyed = any(s.entry.unique_key for s in done)
+            outcomes = [
+                OutcomeDone(
+                    s.entry.pk,
+                    return_json(s.return_value),
+                    s.at or now,
+                    started_at(s.at or now, s.duration_seconds),
+                    s.duration_seconds,
+                    s.worker_name,
+                )
+                for s in done
+                if keeps_outcomes(s.entry, jobs)
+            ]
             found_locks, rows = atomic_retrying(
                 db,
                 lambda: complete_in_one_statement(
-                    db, entry_ids, lock_ids, results, unique_keys=keyed
+                    db,
+                    entry_ids,
+                    lock_ids,
+                    results,
+                    unique_keys=keyed,
+                    outcomes=outcomes,
                 ),
                 "complete_many",
                 atomic=False,
@@ -150,6 +176,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                     s.entry.unique_key for s in done if s.entry.pk in deleted
                 )
                 iq.EntryDependency.objects.parents_ended(db, sorted(deleted), now=now)
+                self._record_successes(db, [s for s in done if s.entry.pk in deleted], now, jobs)
             iq.Result.objects.db_manager(db).record_successes(
                 [
                     (str(s.entry.result_id), s.return_value, s.at or now)
@@ -169,6 +196,18 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             return set(lock_ids) - set(found)
 
         return atomic_retrying(db, write, "complete_many")
+
+    def _record_successes(
+        self, db: str, done: Sequence[Success], now: datetime, jobs: JobCatalog | None
+    ) -> None:
+        """The outcome records of successes written (entries deleted), in one INSERT."""
+        iq.RunOutcome.objects.db_manager(db).record_successes(
+            [
+                (s.entry, s.return_value, s.at or now, s.duration_seconds, s.worker_name)
+                for s in done
+                if keeps_outcomes(s.entry, jobs)
+            ]
+        )
 
     def _moved_on(self, db: str, entries: Sequence[Entry]) -> None:
         """The outcomes of entries that are not their claim's last are written: their locks no
@@ -205,9 +244,11 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         worker_name: str = "",
         now: datetime | None = None,
         jobs: JobCatalog | None = None,
+        started_at: datetime | None = None,
     ) -> EntryError:
-        """Record a failed attempt; retry at ``retry_at`` (``initial``) or, if None or attempts
-        are used up, remove the entry and leave a final error record. One transaction."""
+        """Record a failed attempt (its run started at ``started_at``); retry at ``retry_at``
+        (``initial``) or, if None or attempts are used up, remove the entry and leave a final
+        error record. One transaction."""
         now = now or timezone.now()
         db = router.db_for_write(self.model)
         failure = Failure(
@@ -217,6 +258,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             worker_name=worker_name,
             final=retry_at is None,
             retry_at=retry_at,
+            started_at=started_at,
         )
 
         def write() -> EntryError:
@@ -246,6 +288,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         worker_name: str = "",
         now: datetime | None = None,
         jobs: JobCatalog | None = None,
+        started_at: datetime | None = None,
     ) -> EntryError | None:
         """Put ``entry`` back to run at ``until`` without counting an attempt or writing an
         error (the job raised ``Snooze``), and give its group lock up (or, mid-claim, move the
@@ -265,6 +308,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                     f"max_snoozes allows ({max_snoozes}); it fails for good.",
                     worker_name=worker_name,
                     final=True,
+                    started_at=started_at,
                 )
                 error = self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
             else:
@@ -290,8 +334,8 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         jobs: JobCatalog | None = None,
     ) -> EntryError:
         """The one way an attempt ends without success, whatever ended it (the job raised, its
-        worker died, ...): count the attempt, write its ``EntryError`` (and the Tasks result's
-        failure), then either remove the entry for good, when ``failure.final`` or its attempts
+        worker died, ...): count the attempt, write its ``EntryError``, its outcome record (unless
+        the job keeps none, or the entry never ran) and the Tasks result's failure, then either remove the entry for good, when ``failure.final`` or its attempts
         are used up (a cron entry then gets its successor, a unique key's window starts), or
         keep it for another attempt, its unique key still taken.
 
@@ -300,16 +344,27 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         attempt = entry.attempts + 1
         final = failure.final or attempt >= entry.max_attempts
         traceback = storable_text(cut_traceback(failure.traceback))
+        message = storable_text(cut_message(failure.message))
         error = iq.EntryError.objects.db_manager(using).record(
             entry,
             attempt=attempt,
             exception_class=failure.exception_class,
-            message=storable_text(cut_message(failure.message)),
+            message=message,
             traceback=traceback,
             worker_name=failure.worker_name,
             now=now,
             final=final,
         )
+        if failure.ran and keeps_outcomes(entry, jobs):
+            iq.RunOutcome.objects.db_manager(using).record_failure(
+                entry,
+                attempt=attempt,
+                exception_class=failure.exception_class,
+                traceback=traceback or message,
+                worker_name=failure.worker_name,
+                started=failure.started_at,
+                now=now,
+            )
         if entry.result_id is not None:
             iq.Result.objects.db_manager(using).record_failure(
                 entry.result_id,

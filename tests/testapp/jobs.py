@@ -277,3 +277,17 @@ def unfoldable(obj_id: str, ids: list[int]) -> None:
 @job(group_by="obj_id", merge=lambda calls: {"obj_id": calls[0]["obj_id"], "ids": {1, 2}})
 def folds_to_a_set(obj_id: str, ids: list[int]) -> None:
     """Its fold returns a set, which JSON cannot store."""
+
+
+@job(keep_outcomes=False)
+def unrecorded(token: str) -> str:
+    """A job whose runs leave no outcome record."""
+    JobRun.objects.create(token=token)
+    return token
+
+
+@job
+def returns(value: object, nan: bool = False) -> object:
+    """Returns what it was given (or, ``nan``, a float JSON cannot store), for the outcome
+    record's return value."""
+    return float("nan") if nan else value
