@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.acks import Ack, AckWriter, Start
+from django_iq.acks import Ack, AckWriter
 from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.exceptions import (
@@ -158,11 +158,6 @@ class Processor:
         # Last thing before the body: a connection the server ended while it sat idle is
         # replaced here, so the job's first query does not fail on the queue's account.
         refresh_connections()
-        starts: list[Start] = []
-
-        def start_behind(result_id: str, at: datetime) -> None:
-            starts.append(self.acks.record_start(result_id, at))
-
         timeout = entry.timeout_seconds
         if timeout is None:
             timeout = iq_settings.DEFAULT_TIMEOUT_SECONDS
@@ -177,7 +172,7 @@ class Processor:
             try:
                 if watchdog is not None and watch is not None:
                     watchdog.arm(watch)
-                return_value = job.invoke(entry, self.worker_name, start_behind, timeout)
+                return_value = job.invoke(entry, self.worker_name, timeout)
             finally:
                 # From here no JobTimeout is raised in this thread (see timeouts.py); the one
                 # already raised may still surface here, once, and is handled below.
@@ -186,18 +181,16 @@ class Processor:
         except Snooze as snooze:
             if self._abandoned(watch):
                 return ABANDONED
-            self.acks.wait_for(starts)
             self._snoozed(entry, lock_id, written, job, snooze, started_at)
             return SNOOZED
         except BaseException as exc:  # the processing boundary: every failure is recorded.
             # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
             # only come from the job itself (signals go to the main thread), so it is the job's
-            # failure, and the thread must survive it. A start written behind goes first.
+            # failure, and the thread must survive it.
             if self._abandoned(watch):
                 return ABANDONED
             if isinstance(exc, JobTimeout) and watch is not None and not exc.args:
                 exc = JobTimeout(watch.message()).with_traceback(exc.__traceback__)
-            self.acks.wait_for(starts)
             self._failed(entry, lock_id, written, job, exc, started_at=started_at)
             return None
         if self._abandoned(watch):

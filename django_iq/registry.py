@@ -10,7 +10,6 @@ import inspect
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from asgiref.sync import async_to_sync
@@ -91,15 +90,12 @@ class Job(Generic[P, R]):
         self,
         entry: Entry,
         worker_name: str,
-        started: Callable[[str, datetime], None] | None = None,
         timeout: float | None = None,
     ) -> Any:
         """Run the job for ``entry`` in a processing thread and return what it returned.
 
         Coroutine functions run to completion in an event loop of their own, cancelled at
         ``timeout`` seconds (``JobTimeout``); the worker's watchdog times out the others.
-        ``started(result id, time)``, when given, records a Django Tasks result's start behind
-        the run (see ``acks.AckWriter.record_start``); plain jobs have no result to start.
         """
         if self.is_async:
             return run_coroutine(self.func, entry.args, entry.kwargs, timeout)

@@ -41,15 +41,6 @@ STATE_LABELS = {
 }
 
 
-class ResultStatus(models.TextChoices):
-    """The Django Tasks framework's statuses."""
-
-    READY = "READY", "ready"
-    RUNNING = "RUNNING", "running"
-    FAILED = "FAILED", "failed"
-    SUCCESSFUL = "SUCCESSFUL", "successful"
-
-
 class OutcomeStatus(models.TextChoices):
     """How one run ended, as its outcome record says."""
 
@@ -57,6 +48,8 @@ class OutcomeStatus(models.TextChoices):
     FAILED = "failed", "failed"
     TIMED_OUT = "timed_out", "timed out"
     CANCELLED = "cancelled", "cancelled"
+    # The job raised Snooze: put back without counting an attempt.
+    SNOOZED = "snoozed", "snoozed"
 
 
 def group_lock_key(group_key: str) -> str:

@@ -17,7 +17,6 @@ from django_iq.models import (
     GroupLock,
     LeaderLease,
     Queue,
-    Result,
     RunOutcome,
     Worker,
 )
@@ -127,15 +126,6 @@ class DisabledJobFactory(factory.django.DjangoModelFactory):
         django_get_or_create = ("job_name",)
 
     job_name = "tests.testapp.jobs.record"
-
-
-class ResultFactory(factory.django.DjangoModelFactory):
-    class Meta:
-        model = Result
-
-    id = factory.LazyFunction(lambda: uuid.uuid4().hex)
-    task_path = "tests.testapp.tasks.add"
-    queue_name = "default"
 
 
 class RunOutcomeFactory(factory.django.DjangoModelFactory):

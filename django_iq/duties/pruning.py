@@ -1,4 +1,4 @@
-"""Pruning: delete old error records, long-stopped workers, old results and outcome records,
+"""Pruning: delete old error records, long-stopped workers, outcome records,
 metrics and audit records, and unique keys whose window has passed, in bounded batches."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from django_iq.models import (
     JobLimit,
     OperatorAction,
     QueueMinute,
-    Result,
     RunOutcome,
     UniqueKey,
     Worker,
@@ -37,7 +36,6 @@ class PrunePass:
 
     errors: int = 0
     workers: int = 0
-    results: int = 0
     outcomes: int = 0
     metrics: int = 0
     audit: int = 0
@@ -48,9 +46,8 @@ class PrunePass:
 
 class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
-    than ``WORKER_RETENTION_SECONDS``, task results finished longer than
-    ``RESULT_RETENTION_SECONDS``, outcome records of runs finished longer than
-    ``OUTCOME_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS``,
+    than ``WORKER_RETENTION_SECONDS``, outcome records (Django Tasks results among them) of
+    runs finished longer than ``OUTCOME_RETENTION_SECONDS``, throughput rows past ``METRICS_RETENTION_SECONDS``,
     operators' audit records past ``AUDIT_RETENTION_SECONDS``, rate-limited starts older than
     the longest rate limit period (a day), and the rows of unique keys whose window
     (``unique_for``) has passed: an expired row holds nothing."""
@@ -65,7 +62,6 @@ class PruningDuty:
         batch = iq_settings.PRUNE_BATCH_SIZE
         errors_before = now - timedelta(seconds=iq_settings.ERROR_RETENTION_SECONDS)
         minute_before = now - timedelta(seconds=iq_settings.METRICS_RETENTION_SECONDS)
-        finished_before = now - timedelta(seconds=iq_settings.RESULT_RETENTION_SECONDS)
         ran_before = now - timedelta(seconds=iq_settings.OUTCOME_RETENTION_SECONDS)
         acted_before = now - timedelta(seconds=iq_settings.AUDIT_RETENTION_SECONDS)
         # A rate limit's window is at most a day; claims delete their job's older starts, and
@@ -75,7 +71,6 @@ class PruningDuty:
             "errors": lambda: EntryError.objects.prune(errors_before, batch),
             "workers": lambda: Worker.objects.prune(iq_settings.WORKER_RETENTION_SECONDS, batch),
             "metrics": lambda: QueueMinute.objects.prune(minute_before, batch),
-            "results": lambda: Result.objects.prune(finished_before, batch),
             "outcomes": lambda: RunOutcome.objects.prune(ran_before, batch),
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
             "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),
@@ -92,12 +87,11 @@ class PruningDuty:
                 result.skipped[table] = f"{type(exc).__name__}: {exc}"[:500]
                 continue
             setattr(result, table, deleted)
-        if result.errors or result.workers or result.results or result.outcomes:
+        if result.errors or result.workers or result.outcomes:
             logger.info(
-                "pruned errors=%s workers=%s results=%s outcomes=%s",
+                "pruned errors=%s workers=%s outcomes=%s",
                 result.errors,
                 result.workers,
-                result.results,
                 result.outcomes,
             )
         return result

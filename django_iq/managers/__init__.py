@@ -13,7 +13,6 @@ from django_iq.managers.metrics import QueueMinuteManager, QueueTally, QueueTota
 from django_iq.managers.outcomes import Failure, Success
 from django_iq.managers.queues import QueueManager, QueueStats
 from django_iq.managers.records import RunOutcomeManager
-from django_iq.managers.results import ResultManager
 from django_iq.managers.uniquekeys import UniqueKeyManager
 from django_iq.managers.workers import WorkerManager
 
@@ -37,7 +36,6 @@ __all__ = [
     "QueueStats",
     "QueueTally",
     "QueueTotalManager",
-    "ResultManager",
     "RunOutcomeManager",
     "Success",
     "UniqueKeyManager",

@@ -39,7 +39,7 @@ from django_iq.serialization import validate_arguments
 from django_iq.states import WAITING, EntryState, lock_key_for
 
 if TYPE_CHECKING:
-    from django_iq.models import Entry, Result, Worker
+    from django_iq.models import Entry, Worker
 
 
 # A unique entry whose key is freed and taken again between our tries is tried this often.
@@ -213,14 +213,14 @@ class EntryManager(EntryCompactionManager):
         options: JobOptions,
         *,
         jobs: JobCatalog | None = None,
-        results: Sequence[Result] = (),
+        result_ids: Sequence[str] = (),
         group_keys: Sequence[str | None] = (),
     ) -> list[Entry]:
         """Validate every call first, then insert them in batches of 1,000, in one transaction.
 
         The queue must exist or be declared (in settings, or by one of ``jobs``: the registry
-        passes itself). ``results`` are unsaved ``Result`` rows, one per call, written with the
-        entries (Django Tasks backend). ``group_keys``, one per call, are the group keys taken
+        passes itself). ``result_ids``, one per call, are the entries' Django Tasks result ids
+        (the Tasks backend). ``group_keys``, one per call, are the group keys taken
         from the calls (``@job(group_by=...)``), in place of the options' one.
 
         On PostgreSQL a batch is one statement (see ``queries.enqueue_in_one_statement``): a
@@ -245,8 +245,8 @@ class EntryManager(EntryCompactionManager):
             self._build(job_name, args, kwargs, options, now, run_at, key)
             for (args, kwargs), key in zip(validated, keys, strict=True)
         ]
-        for entry, result in zip(entries, results, strict=False):
-            entry.result_id = result.pk
+        for entry, result_id in zip(entries, result_ids, strict=False):
+            entry.result_id = result_id
         if not entries:
             return []
         if any(entry.unique_key is not None for entry in entries):
@@ -263,11 +263,11 @@ class EntryManager(EntryCompactionManager):
             return entries
         with reachable(db, "nothing was enqueued"):
             if options.after is not None:
-                self._insert_after(db, job_name, options, entries, results, jobs)
+                self._insert_after(db, job_name, options, entries, jobs)
             elif supports_single_statement_enqueue(db):
-                self._insert_in_statements(db, job_name, options.queue_name, entries, results, jobs)
+                self._insert_in_statements(db, job_name, options.queue_name, entries, jobs)
             else:
-                self._insert_with_orm(db, job_name, options.queue_name, entries, results, jobs)
+                self._insert_with_orm(db, job_name, options.queue_name, entries, jobs)
         for entry in entries:
             signals.send(signals.entry_enqueued, self.model, entry=entry)
         return entries
@@ -278,16 +278,13 @@ class EntryManager(EntryCompactionManager):
         job_name: str,
         queue: str,
         entries: list[Entry],
-        results: Sequence[Result],
         jobs: JobCatalog | None,
     ) -> None:
         size = ENQUEUE_BATCH_SIZE
 
         def insert(start: int) -> bool:
             batch = entries[start : start + size]
-            rows = enqueue_in_one_statement(
-                db, queue, job_name, batch, results=results[start : start + size]
-            )
+            rows = enqueue_in_one_statement(db, queue, job_name, batch)
             return took(batch, rows)
 
         def took(batch: list[Entry], rows: list[tuple[int, str]] | None) -> bool:
@@ -301,7 +298,7 @@ class EntryManager(EntryCompactionManager):
         def insert_all() -> bool:
             if len(entries) <= size:
                 return insert(0)
-            if len(entries) >= COPY_ENQUEUE_MIN_ROWS and not results:
+            if len(entries) >= COPY_ENQUEUE_MIN_ROWS:
                 with transaction.atomic(using=db):
                     return took(entries, enqueue_by_copy(db, queue, job_name, entries))
             with transaction.atomic(using=db):
@@ -430,7 +427,6 @@ class EntryManager(EntryCompactionManager):
         job_name: str,
         options: JobOptions,
         entries: list[Entry],
-        results: Sequence[Result],
         jobs: JobCatalog | None,
     ) -> None:
         """Insert ``entries`` waiting for their parents (``options.after``), with the edges, in
@@ -444,9 +440,7 @@ class EntryManager(EntryCompactionManager):
                 entries,
                 options.after or (),
                 run_anyway,
-                lambda: self._insert_with_orm(
-                    db, job_name, options.queue_name, entries, results, jobs
-                ),
+                lambda: self._insert_with_orm(db, job_name, options.queue_name, entries, jobs),
             )
             if failed and not run_anyway:
                 now = timezone.now()
@@ -469,17 +463,13 @@ class EntryManager(EntryCompactionManager):
         job_name: str,
         queue: str,
         entries: list[Entry],
-        results: Sequence[Result],
         jobs: JobCatalog | None,
     ) -> None:
         iq.Queue.objects.db_manager(db).ensure(queue, jobs)
         if iq.DisabledJob.objects.using(db).filter(job_name=job_name).exists():
             for entry in entries:
                 entry.state = EntryState.DISABLED
-        with transaction.atomic(using=db):
-            if results:
-                iq.Result.objects.using(db).bulk_create(results, batch_size=ENQUEUE_BATCH_SIZE)
-            self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
+        self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
 
     # -- claim -------------------------------------------------------------------------------
 
@@ -669,9 +659,6 @@ class EntryManager(EntryCompactionManager):
                 iq.RunOutcome.objects.db_manager(db).record_cancelled(
                     [e for e in cancelled if keeps_outcomes(e, jobs)], now
                 )
-                result_ids = [e.result_id for e in cancelled if e.result_id is not None]
-                if result_ids:
-                    iq.Result.objects.db_manager(db).record_cancelled(result_ids, now)
             return cancelled, [entry.pk for entry in rows if entry.lock_key in held]
 
         return atomic_retrying(db, write, "cancel")

@@ -67,6 +67,7 @@ class RunOutcomeManager(models.Manager["RunOutcome"]):
             queue=entry.queue_id,
             args=stored_json(entry.args),
             kwargs=stored_json(entry.kwargs),
+            enqueued_at=entry.enqueued_at,
             **fields,
         )
 
@@ -104,13 +105,15 @@ class RunOutcomeManager(models.Manager["RunOutcome"]):
         worker_name: str,
         started: datetime | None,
         now: datetime,
+        status: str | None = None,
     ) -> RunOutcome:
-        """The row of an attempt that ended without success (timed out if by ``JobTimeout``)."""
+        """The row of an attempt that ended without success (timed out if by ``JobTimeout``;
+        ``status`` says otherwise: ``snoozed``)."""
         return self.bulk_create(
             [
                 self._record(
                     entry,
-                    status=failure_status(exception_class),
+                    status=status or failure_status(exception_class),
                     attempt=attempt,
                     exception_class=exception_class[:255],
                     traceback=traceback,

@@ -32,7 +32,6 @@ from django_iq.models import (
     LeaderLease,
     OperatorAction,
     Queue,
-    Result,
     RunOutcome,
     Worker,
 )
@@ -44,7 +43,6 @@ from tests.factories import (
     GroupLockFactory,
     LeaderLeaseFactory,
     QueueFactory,
-    ResultFactory,
     RunOutcomeFactory,
     WorkerFactory,
 )
@@ -143,7 +141,6 @@ def make_one_of_each() -> dict[type[Model], Model]:
         Worker: worker,
         GroupLock: GroupLockFactory(entry_for_key=entry, worker=worker),
         DisabledJob: DisabledJobFactory(),
-        Result: ResultFactory(),
         RunOutcome: RunOutcomeFactory(),
         LeaderLease: LeaderLeaseFactory(),
         OperatorAction: an_operator_action(),
@@ -159,7 +156,6 @@ ALL_MODELS = [
     Worker,
     GroupLock,
     DisabledJob,
-    Result,
     RunOutcome,
     LeaderLease,
     OperatorAction,
@@ -213,7 +209,7 @@ def test_rows_written_by_processes_cannot_be_added_by_hand(
     assert response.status_code == 403
 
 
-@pytest.mark.parametrize("model", [Entry, EntryError, Worker, GroupLock, Result, RunOutcome])
+@pytest.mark.parametrize("model", [Entry, EntryError, Worker, GroupLock, RunOutcome])
 def test_change_pages_of_process_rows_are_read_only(client: Client, model: type[Model]) -> None:
     obj = make_one_of_each()[model]
     login_superuser(client)

@@ -111,16 +111,21 @@ def test_a_run_past_its_timeout_is_recorded_as_timed_out() -> None:
     )
 
 
-def test_snoozes_leave_no_record_and_the_snooze_limit_a_failed_one() -> None:
+def test_each_snooze_leaves_a_snoozed_record_and_the_snooze_limit_a_failed_one() -> None:
     entry = polls.enqueue("never-ready", 100)
 
-    drain()
+    worker = drain()
 
-    outcome = RunOutcome.objects.get()
-    assert outcome.entry_id == entry.pk and outcome.status == "failed"
-    assert outcome.exception_class == "django_iq.exceptions.SnoozeLimitReached"
-    assert outcome.attempt == 1
-    assert "snoozed 3 times" in outcome.traceback
+    rows = list(
+        RunOutcome.objects.filter(entry_id=entry.pk)
+        .order_by("pk")
+        .values_list("status", "attempt", "exception_class", "worker_name")
+    )
+    assert rows == [
+        *[("snoozed", 1, "", worker.name)] * 3,
+        ("failed", 1, "django_iq.exceptions.SnoozeLimitReached", worker.name),
+    ]
+    assert "snoozed 3 times" in RunOutcome.objects.get(status="failed").traceback
 
 
 def test_a_cancelled_entry_leaves_a_cancelled_record() -> None:
