@@ -3,10 +3,35 @@ them; the leader prunes them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from django_iq.admin.common import EstimatedCountPaginator, ReadOnlyAdmin
-from django_iq.models import RunOutcome
+from django_iq.admin.entries import JobFilter
+from django_iq.models import Queue, RunOutcome
+
+
+class QueueNameFilter(admin.SimpleListFilter):
+    """Records of one queue. The choices come from the queue table, not from a ``SELECT
+    DISTINCT`` over the records, which would read every row on each page load."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        names = set(Queue.objects.values_list("name", flat=True))
+        if self.value():
+            names.add(str(self.value()))
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(queue=value) if value else queryset
 
 
 @admin.register(RunOutcome)
@@ -22,7 +47,7 @@ class RunOutcomeAdmin(ReadOnlyAdmin):
         "finished_at",
         "duration_seconds",
     )
-    list_filter = ("status", "queue", "job_name")
+    list_filter = ("status", QueueNameFilter, JobFilter)
     search_fields = ("=result_id", "=entry_id")
     search_help_text = "A Django Tasks result id or an entry id."
     # The primary key is the only index fit for ordering a table that can be large.
