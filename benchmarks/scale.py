@@ -1,6 +1,6 @@
 """Drain rate and claim latency with big tables beside the work: empty, then with 1,000,000
-waiting entries (in a queue the workers do not serve) and 1,000,000 finished records (Tasks
-results and final errors), PostgreSQL.
+waiting entries (in a queue the workers do not serve) and 1,000,000 finished records (outcome
+records and final errors), PostgreSQL.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/iq_bench python -m benchmarks.scale
     python -m benchmarks.scale --waiting 1000000 --finished 1000000 --drain 10000
@@ -136,11 +136,11 @@ def fill(waiting: int, finished: int) -> None:
         )
         cursor.execute(
             """
-            INSERT INTO django_iq_result (id, task_path, backend, queue_name, priority, status,
-                args, kwargs, enqueued_at, started_at, finished_at, last_attempted_at,
-                return_value, errors, worker_ids)
-            SELECT 'done-' || n, 'tests.testapp.tasks.add', 'default', 'default', 0,
-                'SUCCESSFUL', '[]', '{}', NOW(), NOW(), NOW(), NOW(), 'null', '[]', '[]'
+            INSERT INTO django_iq_runoutcome (entry_id, result_id, job_name, queue, args,
+                kwargs, status, attempt, return_value, exception_class, traceback, worker_name,
+                started_at, finished_at, enqueued_at, duration_seconds)
+            SELECT n, 'done-' || n, 'tests.testapp.tasks.add', 'default', '[]', '{}',
+                'succeeded', 1, 'null', '', '', 'bench', NOW(), NOW(), NOW(), 0.001
             FROM generate_series(1, %s) AS n
             """,
             [finished // 2],

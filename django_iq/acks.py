@@ -3,7 +3,7 @@
 A processing thread that finished a job hands its acknowledgement (the entry, its return value,
 and the group lock if it was the claim's last entry) to the ``AckWriter`` and takes its next
 entry or claim at once. The writer's thread writes every acknowledgement handed over meanwhile
-with ``Entry.objects.complete_many`` in one transaction (entries, Tasks results, cron runs,
+with ``Entry.objects.complete_many`` in one transaction (entries, outcome records, cron runs,
 locks), one commit for many jobs, then sends ``entry_finished`` for each and settles each claim
 whose last entry it wrote through the writer's one callback.
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,16 +30,13 @@ from django.db import InterfaceError, OperationalError, connections
 from django_iq import signals
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.managers import Claim, Success
-from django_iq.models import Entry, Result
+from django_iq.models import Entry
 from django_iq.registry import catalog
 
 logger = logging.getLogger(__name__)
 
 # At most this many acknowledgements per transaction.
 ACK_BATCH_SIZE = 500
-# A Tasks result's start waits this long for its success, so that a short task's result is
-# written once (start and end together), not twice. Longer tasks get theirs written alone.
-START_HOLD_SECONDS = 0.05
 
 
 def log_lock_lost(entry: Entry) -> None:
@@ -64,19 +60,15 @@ class Ack:
     # Set once the success is written or given up on.
     done: threading.Event = field(default_factory=threading.Event)
 
-    def success(self, started: tuple[datetime, str] | None = None) -> Success:
-        return Success(self.entry, self.lock_id, self.return_value, self.finished_at, started)
-
-
-@dataclass
-class Start:
-    """A Django Tasks result whose start (RUNNING, this worker, the time) is still to be
-    written; ``done`` is set once it is written or given up on."""
-
-    result_id: str
-    at: datetime
-    done: threading.Event = field(default_factory=threading.Event)
-    queued: float = field(default_factory=time.monotonic)
+    def success(self, worker_name: str = "") -> Success:
+        return Success(
+            self.entry,
+            self.lock_id,
+            self.return_value,
+            self.finished_at,
+            worker_name=worker_name,
+            duration_seconds=self.duration_seconds,
+        )
 
 
 class AckWriter:
@@ -94,10 +86,8 @@ class AckWriter:
         self.on_settled = on_settled
         self.batch_size = batch_size
         self._pending: list[Ack] = []
-        self._starts: list[Start] = []
         self._condition = threading.Condition()
         self._closing = False
-        self._flush_starts = False  # a failure waits for a start: write it now
         self._writing = 0  # acknowledgements taken from _pending, not yet written
         self._thread: threading.Thread | None = None
         self.written = 0
@@ -111,23 +101,8 @@ class AckWriter:
             self._pending.append(ack)
             self._condition.notify()
 
-    def record_start(self, result_id: str, at: datetime) -> Start:
-        """Have a Tasks result's start written behind the run, in the writer's next round,
-        before any success handed over after it (so a start never overwrites its own end).
-        A failure written by the processing thread waits for it first (``wait_for``)."""
-        start = Start(result_id, at)
-        with self._condition:
-            self._starts.append(start)
-            self._condition.notify()
-        return start
-
-    def wait_for(self, acks: Iterable[Ack | Start]) -> None:
+    def wait_for(self, acks: Iterable[Ack]) -> None:
         """Return once each of ``acks`` is written or given up on, or the writer has stopped."""
-        acks = list(acks)
-        if any(isinstance(ack, Start) and not ack.done.is_set() for ack in acks):
-            with self._condition:
-                self._flush_starts = True
-                self._condition.notify()
         for ack in acks:
             while not ack.done.wait(0.5):
                 if self._thread is not None and not self._thread.is_alive():
@@ -151,89 +126,31 @@ class AckWriter:
             while True:
                 with self._condition:
                     while not self._pending and not self._closing:
-                        if self._starts:
-                            if self._flush_starts:
-                                break
-                            held = self._starts[0].queued + START_HOLD_SECONDS - time.monotonic()
-                            if held <= 0:
-                                break
-                            self._condition.wait(held)
-                        else:
-                            self._condition.wait()
-                    if not self._pending and not self._starts:
+                        self._condition.wait()
+                    if not self._pending:
                         return
-                    # Starts taken with the successes handed over after them: a start whose
-                    # success is in the batch is written with it, the others first.
-                    starts, self._starts = self._starts, []
-                    self._flush_starts = False
                     batch = self._pending[: self.batch_size]
                     del self._pending[: len(batch)]
                     self._writing = len(batch)
-                folded = self._fold(starts, batch)
-                if starts:
-                    self._write_starts(starts)
-                if not batch:
-                    continue
                 try:
-                    self._write(batch, folded)
+                    self._write(batch)
                 except Exception:  # the thread must outlive any bug: its claims would hang
                     logger.exception("ack writer failed on %s finished jobs", len(batch))
                     self._release(batch, written=False)
                 finally:
-                    for start in folded.values():
-                        start.done.set()
                     with self._condition:
                         self._writing = 0
         finally:
             connections.close_all()
 
-    @staticmethod
-    def _fold(starts: list[Start], batch: list[Ack]) -> dict[int, Start]:
-        """Take out of ``starts`` those whose success is in ``batch``: by ack, the start to
-        write with it."""
-        if not starts:
-            return {}
-        waiting = {start.result_id: start for start in starts}
-        folded = {}
-        for ack in batch:
-            result_id = ack.entry.result_id
-            if result_id is not None and result_id in waiting:
-                folded[id(ack)] = waiting.pop(result_id)
-        if folded:
-            starts[:] = [start for start in starts if start.result_id in waiting]
-        return folded
-
-    def _write_starts(self, starts: list[Start]) -> None:
-        """Write the starts in one statement; on failure they are given up (the result then
-        shows READY while it runs: its end is written all the same)."""
-        try:
-            with_db_retry(
-                lambda: Result.objects.record_starts(
-                    [(s.result_id, self.worker_name, s.at) for s in starts]
-                ),
-                f"writing {len(starts)} task starts",
-                before_retry=connections.close_all,
-            )
-        except Exception:  # the writer must go on: its successes would wait forever
-            logger.exception("could not write %s task starts", len(starts))
-            connections.close_all()
-        finally:
-            for start in starts:
-                start.done.set()
-
-    def _write(self, batch: list[Ack], folded: dict[int, Start] | None = None) -> None:
-        """Write ``batch`` (with the starts ``folded`` into it), retrying while the database is
-        unreachable. Only once the writer is closing does it give up (after three tries): the
+    def _write(self, batch: list[Ack]) -> None:
+        """Write ``batch``, retrying while the database is unreachable. Only once the writer is closing does it give up (after three tries): the
         entries then run again after recovery."""
-        folded = folded or {}
-        successes = [self._success(ack, folded) for ack in batch]
-
-        results: list[Result] = []
+        successes = [ack.success(self.worker_name) for ack in batch]
 
         def write() -> set[int]:
             refresh_connections()
-            results.clear()
-            return Entry.objects.complete_many(successes, jobs=catalog, written_results=results)
+            return Entry.objects.complete_many(successes, jobs=catalog)
 
         try:
             # Short waits: while successes wait, their entries stay locked and claiming stops,
@@ -259,23 +176,19 @@ class AckWriter:
         except Exception:  # one bad row must not cost the batch: write them one by one
             logger.exception("could not write %s finished jobs together", len(batch))
             connections.close_all()
-            self._write_one_by_one(batch, folded)
+            self._write_one_by_one(batch)
             return
         self.written += len(batch)
         for ack in batch:
             if ack.lock_id is not None and ack.lock_id in lost:
                 log_lock_lost(ack.entry)
-        self._release(batch, written=True, results=results)
+        self._release(batch, written=True)
 
-    def _success(self, ack: Ack, folded: dict[int, Start]) -> Success:
-        start = folded.get(id(ack))
-        return ack.success(None if start is None else (start.at, self.worker_name))
-
-    def _write_one_by_one(self, batch: list[Ack], folded: dict[int, Start]) -> None:
+    def _write_one_by_one(self, batch: list[Ack]) -> None:
         for ack in batch:
             try:
                 refresh_connections()
-                success = self._success(ack, folded)
+                success = ack.success(self.worker_name)
                 if ack.lock_id in Entry.objects.complete_many([success], jobs=catalog):
                     log_lock_lost(ack.entry)
             except Exception:  # safe: the claim is released below, and recovery reruns the entry
@@ -289,14 +202,13 @@ class AckWriter:
                 self.written += 1
                 self._release([ack], written=True)
 
-    def _release(self, batch: list[Ack], *, written: bool, results: Iterable[Result] = ()) -> None:
+    def _release(self, batch: list[Ack], *, written: bool) -> None:
         if written and signals.entries_finished.receivers:
             signals.send(
                 signals.entries_finished,
                 Entry,
                 entries=[ack.entry for ack in batch],
                 worker_name=self.worker_name,
-                results={result.pk: result for result in results},
             )
         for ack in batch:
             try:

@@ -31,7 +31,7 @@ class AppModels:
         JobLimit: type[models.JobLimit]
         EntryDependency: type[models.EntryDependency]
         JobStart: type[models.JobStart]
-        Result: type[models.Result]
+        RunOutcome: type[models.RunOutcome]
         QueueMinute: type[models.QueueMinute]
         QueueTotal: type[models.QueueTotal]
         JobMinute: type[models.JobMinute]

@@ -1,9 +1,15 @@
-"""The Django Tasks backend: ``@task`` functions enqueue entries and run on django_iq workers."""
+"""The Django Tasks backend: ``@task`` functions enqueue entries and run on django_iq workers.
+
+A task's result is read, never written apart: from its entry while it is queued (``READY``, or
+``RUNNING`` while its group lock points at it) and from its outcome records (one per run) once
+it has ended. Each is written in the transaction that changes the entry, so the entry is read
+first, then the records: an entry just deleted had its records committed with the delete."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -16,7 +22,7 @@ from django.utils.crypto import get_random_string
 from django_iq import signals
 from django_iq.dbconn import with_db_retry
 from django_iq.exceptions import DatabaseUnavailable, InvalidJobOptions, IQError
-from django_iq.models import Entry, EntryError, Result
+from django_iq.models import Entry, EntryError, GroupLock, RunOutcome
 from django_iq.registry import (
     Job,
     JobOptions,
@@ -27,6 +33,7 @@ from django_iq.registry import (
     run_coroutine,
 )
 from django_iq.serialization import validate_arguments
+from django_iq.states import OutcomeStatus
 from django_iq.tasks_compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -95,36 +102,25 @@ class TaskJob(Job[Any, Any]):
         )
         self.task = task
 
-    def invoke(
-        self,
-        entry: Entry,
-        worker_name: str,
-        started: Callable[[str, datetime], None] | None = None,
-        timeout: float | None = None,
-    ) -> Any:
+    def invoke(self, entry: Entry, worker_name: str, timeout: float | None = None) -> Any:
         backend = cast("IQBackend", self.task.get_backend())
-        first_run = entry.attempts == 0 and entry.snoozes == 0
-        if entry.result_id is not None and started is not None and first_run:
-            # A first run: the result is as enqueued (READY, no errors, no workers), so it is
-            # built here and its start written behind the run, by the worker's ack writer.
-            now = timezone.now()
-            started(entry.result_id, now)
-            task_result = backend._to_task_result(
-                _first_start(entry, backend, worker_name, now), self.task
-            )
-        elif entry.result_id is not None:
-            # The queue's own writes, before the task's body: a database error here is retried,
-            # never charged to the task as a failed attempt.
+        if entry.result_id is not None:
+            # A first run has no earlier runs to read; a later one reads them (its errors and
+            # workers), before the task's body: a database error here is retried, never
+            # charged to the task as a failed attempt.
             result_id = entry.result_id
-            row = with_db_retry(
-                lambda: Result.objects.record_start(result_id, worker_name, timezone.now()),
-                "record start",
+            first_run = entry.attempts == 0 and entry.snoozes == 0
+            runs = (
+                []
+                if first_run
+                else with_db_retry(lambda: _runs_of([result_id])[result_id], "read task runs")
             )
-            if row is None:
-                raise TaskResultDoesNotExist(result_id)
-            task_result = backend._to_task_result(row, self.task)
+            view = _queued(entry, backend.alias, runs, running=(worker_name, timezone.now()))
         else:
-            task_result = backend.result_for(self.task, entry, worker_name)
+            view = _queued(entry, backend.alias, [], running=(worker_name, timezone.now()))
+            view.id = f"entry-{entry.pk}"
+            view.worker_ids = [worker_name] * (entry.attempts + 1)
+        task_result = backend._to_task_result(view, self.task)
         signals.send(task_started, type(backend), task_result=task_result)
         args = list(entry.args)
         if self.task.takes_context:
@@ -137,45 +133,114 @@ class TaskJob(Job[Any, Any]):
         return normalize_json(value)
 
 
-def _running(
+@dataclasses.dataclass
+class ResultView:
+    """A task's result as read from its entry and its outcome records."""
+
+    id: str
+    task_path: str
+    backend: str
+    status: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    enqueued_at: datetime | None
+    queue_name: str | None = None  # None: the task's own (a record keeps no priority)
+    priority: int | None = None
+    run_after: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_attempted_at: datetime | None = None
+    return_value: Any = None
+    errors: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    worker_ids: list[str] = dataclasses.field(default_factory=list)
+
+
+# Outcome statuses that are a task's errors, one per failed run; snoozed runs count as runs.
+_ERROR_STATUSES = frozenset(
+    {OutcomeStatus.FAILED, OutcomeStatus.TIMED_OUT, OutcomeStatus.CANCELLED}
+)
+
+
+def _runs_of(result_ids: Sequence[str]) -> defaultdict[str, list[RunOutcome]]:
+    """The outcome records of each result, oldest first, in one query."""
+    runs: defaultdict[str, list[RunOutcome]] = defaultdict(list)
+    for run in RunOutcome.objects.filter(result_id__in=list(result_ids)).order_by("pk"):
+        runs[str(run.result_id)].append(run)
+    return runs
+
+
+def _with_runs(view: ResultView, runs: Sequence[RunOutcome]) -> ResultView:
+    """``view`` with what its earlier runs tell: workers, errors and the first start."""
+    ran = [run for run in runs if run.started_at is not None or run.worker_name]
+    view.worker_ids = [run.worker_name for run in ran]
+    view.errors = [
+        {"exception_class_path": run.exception_class, "traceback": run.traceback}
+        for run in runs
+        if run.status in _ERROR_STATUSES
+    ]
+    if ran:
+        view.started_at = ran[0].started_at
+        view.last_attempted_at = ran[-1].started_at
+    return view
+
+
+def _queued(
     entry: Entry,
-    *,
-    result_id: str,
-    task_path: str,
     backend: str,
-    worker_ids: list[str],
-    now: datetime,
-    run_after: datetime | None = None,
-) -> Result:
-    """A RUNNING result for ``entry`` built in memory, without reading or writing it."""
-    return Result(
-        id=result_id,
-        task_path=task_path,
-        backend=backend,
-        queue_name=entry.queue_id,
-        priority=entry.priority,
-        status="RUNNING",
-        args=entry.args,
-        kwargs=entry.kwargs,
-        run_after=run_after,
-        enqueued_at=entry.enqueued_at,
-        started_at=now,
-        last_attempted_at=now,
-        worker_ids=worker_ids,
+    runs: Sequence[RunOutcome],
+    running: tuple[str, datetime] | None = None,
+) -> ResultView:
+    """The result of a task whose entry is still queued: ``READY``, or ``RUNNING`` on
+    ``running`` (worker name, start)."""
+    first = entry.attempts == 0 and entry.snoozes == 0
+    view = _with_runs(
+        ResultView(
+            id=str(entry.result_id),
+            task_path=entry.job_name,
+            backend=backend,
+            status=TaskResultStatus.READY,
+            args=list(entry.args),
+            kwargs=dict(entry.kwargs),
+            enqueued_at=entry.enqueued_at,
+            queue_name=entry.queue_id,
+            priority=entry.priority,
+            run_after=entry.run_at if first and entry.run_at > entry.enqueued_at else None,
+        ),
+        runs,
     )
+    if running is not None:
+        worker, started_at = running
+        view.status = TaskResultStatus.RUNNING
+        view.worker_ids.append(worker)
+        view.started_at = view.started_at or started_at
+        view.last_attempted_at = started_at
+    return view
 
 
-def _first_start(entry: Entry, backend: IQBackend, worker_name: str, now: datetime) -> Result:
-    """The result of an entry's first attempt as it stands once started (it is as enqueued)."""
-    return _running(
-        entry,
-        result_id=str(entry.result_id),
-        task_path=entry.job_name,
-        backend=backend.alias,
-        worker_ids=[worker_name],
-        now=now,
-        run_after=entry.run_at if entry.run_at > entry.enqueued_at else None,
+def _ended(result_id: str, backend: str, runs: Sequence[RunOutcome]) -> ResultView:
+    """The result of a task whose entry has ended, from its outcome records."""
+    last = runs[-1]
+    view = _with_runs(
+        ResultView(
+            id=result_id,
+            task_path=last.job_name,
+            backend=backend,
+            status=(
+                TaskResultStatus.SUCCESSFUL
+                if last.status == OutcomeStatus.SUCCEEDED
+                else TaskResultStatus.FAILED
+            ),
+            args=list(last.args),
+            kwargs=dict(last.kwargs),
+            enqueued_at=last.enqueued_at,
+            queue_name=last.queue,
+            finished_at=last.finished_at,
+        ),
+        runs,
     )
+    if last.status == OutcomeStatus.SUCCEEDED:
+        view.return_value = last.return_value
+    return view
 
 
 def _task_job(task: Task) -> TaskJob:
@@ -209,7 +274,8 @@ class IQBackend(BaseTaskBackend):
         _options(task)
 
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
-        """Write a READY result and its entry together (one statement on PostgreSQL); return the TaskResult."""
+        """Write the task's entry (its result id on it: one statement on PostgreSQL); return
+        the READY TaskResult."""
         self.validate_task(task)
         job = _task_job(task)
         args = list(args)
@@ -217,85 +283,89 @@ class IQBackend(BaseTaskBackend):
             validate_arguments(args, kwargs)
         except TypeError as exc:
             raise type(exc)(str(exc)) from None
-        now = timezone.now()
-        row = Result(
-            id=get_random_string(32),
-            task_path=task.module_path,
-            backend=self.alias,
-            queue_name=task.queue_name,
-            priority=task.priority,
-            args=args,
-            kwargs=kwargs,
-            run_after=task.run_after,
-            enqueued_at=now,
-        )
+        result_id = get_random_string(32)
         try:
-            # The result row is written with its entry: one statement on PostgreSQL.
-            Entry.objects.enqueue_many(
-                job.name, [(args, kwargs)], _options(task), jobs=catalog, results=[row]
+            (entry,) = Entry.objects.enqueue_many(
+                job.name, [(args, kwargs)], _options(task), jobs=catalog, result_ids=[result_id]
             )
         except IQError as exc:
             if isinstance(exc, TypeError | DatabaseUnavailable):
                 raise
             raise InvalidTask(str(exc)) from exc
-        row._state.adding = False
-        task_result = self._to_task_result(row, task)
+        view = ResultView(
+            id=result_id,
+            task_path=task.module_path,
+            backend=self.alias,
+            status=TaskResultStatus.READY,
+            args=args,
+            kwargs=kwargs,
+            enqueued_at=entry.enqueued_at,
+            run_after=task.run_after,
+        )
+        task_result = self._to_task_result(view, task)
         signals.send(task_enqueued, type(self), task_result=task_result)
         return task_result
 
     def get_result(self, result_id: str) -> TaskResult:
-        """Return the task's result as stored now; raise ``TaskResultDoesNotExist``."""
-        row = Result.objects.filter(pk=result_id).first()
-        if row is None:
+        """Return the task's result as it stands now; raise ``TaskResultDoesNotExist``.
+
+        The entry is read first, then the outcome records: a task ending meanwhile deletes
+        its entry and writes its last record in one transaction, so it is seen either way."""
+        if not isinstance(result_id, str) or not 0 < len(result_id) <= 32:
+            raise TaskResultDoesNotExist(result_id)
+        entry = Entry.objects.filter(result_id=result_id).first()
+        runs = _runs_of([result_id])[result_id]
+        if entry is not None:
+            lock = (
+                GroupLock.objects.filter(key=entry.lock_key, entry_id=entry.pk)
+                .select_related("worker")
+                .first()
+            )
+            running = None
+            if lock is not None:
+                running = (lock.worker.name if lock.worker is not None else "", lock.locked_at)
+            view = _queued(entry, self.alias, runs, running)
+        elif runs:
+            view = _ended(result_id, self.alias, runs)
+        else:
             raise TaskResultDoesNotExist(result_id)
         try:
-            job = get_job(row.task_path)
+            job = get_job(view.task_path)
         except IQError:
             raise TaskResultDoesNotExist(
-                f"{result_id} belongs to task {row.task_path}, which is not registered here."
+                f"{result_id} belongs to task {view.task_path}, which is not registered here."
             ) from None
-        task = job.task if isinstance(job, TaskJob) else None
-        if task is None:
+        if not isinstance(job, TaskJob):
             raise TaskResultDoesNotExist(f"{result_id} does not belong to a task.")
-        return self._to_task_result(row, task)
+        return self._to_task_result(view, job.task)
 
-    def result_for(self, task: Task, entry: Entry, worker_name: str) -> TaskResult:
-        """A RUNNING result for an entry that has no stored result (enqueued as a plain job)."""
-        row = _running(
-            entry,
-            result_id=f"entry-{entry.pk}",
-            task_path=task.module_path,
-            backend=self.alias,
-            worker_ids=[worker_name] * (entry.attempts + 1),
-            now=timezone.now(),
-        )
-        return self._to_task_result(row, task)
-
-    def _to_task_result(self, row: Result, task: Task) -> TaskResult:
+    def _to_task_result(self, view: ResultView, task: Task) -> TaskResult:
+        queue_name = view.queue_name if view.queue_name is not None else task.queue_name
+        priority = view.priority if view.priority is not None else task.priority
         if (task.queue_name, task.priority, task.run_after) != (
-            row.queue_name,
-            row.priority,
-            row.run_after,
+            queue_name,
+            priority,
+            view.run_after,
         ):
             # A copy (validated again) only where the call changed them with ``using()``.
             task = Task.using(
-                task, queue_name=row.queue_name, priority=row.priority, run_after=row.run_after
+                task, queue_name=queue_name, priority=priority, run_after=view.run_after
             )
         result: Any = TaskResult(
             task=task,
-            id=row.pk,
-            status=TaskResultStatus(row.status),
-            enqueued_at=row.enqueued_at,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            last_attempted_at=row.last_attempted_at,
-            args=list(row.args),
-            kwargs=dict(row.kwargs),
-            backend=row.backend,
-            errors=[TaskError(**error) for error in row.errors],
-            worker_ids=list(row.worker_ids),
+            id=view.id,
+            status=TaskResultStatus(view.status),
+            enqueued_at=view.enqueued_at,
+            started_at=view.started_at,
+            finished_at=view.finished_at,
+            last_attempted_at=view.last_attempted_at,
+            args=list(view.args),
+            kwargs=dict(view.kwargs),
+            backend=view.backend,
+            errors=[TaskError(**error) for error in view.errors],
+            worker_ids=list(view.worker_ids),
         )
-        object.__setattr__(result, "_return_value", row.return_value)
+        object.__setattr__(result, "_return_value", view.return_value)
         return cast(TaskResult, result)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -322,9 +392,9 @@ class IQBackend(BaseTaskBackend):
         return messages
 
 
-def _finished(entries: Iterable[Entry], written: Mapping[str, Result] | None = None) -> None:
-    """Send ``task_finished`` for the entries of tasks among ``entries``, their results taken
-    from ``written`` (as the write returned them) or read in one query."""
+def _finished(entries: Iterable[Entry]) -> None:
+    """Send ``task_finished`` for the entries of tasks among ``entries`` (ended: their records
+    are written), their runs read in one query."""
     tasks = {}
     for entry in entries:
         job = registered_jobs().get(entry.job_name)
@@ -332,22 +402,21 @@ def _finished(entries: Iterable[Entry], written: Mapping[str, Result] | None = N
             tasks[entry.result_id] = job.task
     if not tasks:
         return
-    rows = [written[pk] for pk in sorted(tasks) if written and pk in written]
-    unread = sorted(pk for pk in tasks if not written or pk not in written)
-    if unread:
-        rows.extend(Result.objects.filter(pk__in=unread).order_by("pk"))
-    for row in rows:
-        task = tasks[row.pk]
+    runs = _runs_of(sorted(tasks))
+    for result_id in sorted(tasks):
+        if not runs[result_id]:
+            continue  # pruned already, or written by another database
+        task = tasks[result_id]
         backend = cast("IQBackend", task.get_backend())
-        task_result = backend._to_task_result(row, task)
+        task_result = backend._to_task_result(
+            _ended(result_id, backend.alias, runs[result_id]), task
+        )
         signals.send(task_finished, type(backend), task_result=task_result)
 
 
 @receiver(signals.entries_finished)
-def _send_task_finished(
-    sender: Any, entries: list[Entry], results: Mapping[str, Result] | None = None, **kwargs: Any
-) -> None:
-    _finished(entries, results)
+def _send_task_finished(sender: Any, entries: list[Entry], **kwargs: Any) -> None:
+    _finished(entries)
 
 
 @receiver(signals.entry_failed)

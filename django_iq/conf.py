@@ -96,8 +96,11 @@ SETTINGS: dict[str, Setting] = {
     "COMPACT_INTERVAL_SECONDS": Setting(10.0, (int, float), 0.01, 86_400),
     "ERROR_RETENTION_SECONDS": Setting(7 * 86_400.0, (int, float), 1),
     "WORKER_RETENTION_SECONDS": Setting(86_400.0, (int, float), 1),
-    # Finished Django Tasks results are kept this long after they finish.
-    "RESULT_RETENTION_SECONDS": Setting(7 * 86_400.0, (int, float), 1),
+    # Outcome records (one row per run that ended, Django Tasks results among them) are kept
+    # this long after the run finished.
+    "OUTCOME_RETENTION_SECONDS": Setting(86_400.0, (int, float), 1),
+    # A return value whose JSON takes more bytes is stored as a marker saying so.
+    "OUTCOME_MAX_RETURN_BYTES": Setting(65_536, (int,), 0, 64 * 1_048_576),
     # Per-minute throughput rows (the dashboard's charts) are kept this long.
     "METRICS_RETENTION_SECONDS": Setting(86_400.0, (int, float), 3600),
     "AUDIT_RETENTION_SECONDS": Setting(90 * 86_400.0, (int, float), 86_400),

@@ -1,10 +1,12 @@
 """The models: Queue, Entry, GroupLock, EntryError, Worker, CronJob, LeaderLease, DisabledJob,
-Result, QueueMinute, QueueTotal, JobMinute, OperatorAction, UniqueKey, EntryDependency and Batch."""
+RunOutcome, QueueMinute, QueueTotal, JobMinute, OperatorAction, UniqueKey, EntryDependency and
+Batch."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -25,12 +27,17 @@ from django_iq.managers import (
     QueueManager,
     QueueMinuteManager,
     QueueTotalManager,
-    ResultManager,
+    RunOutcomeManager,
     UniqueKeyManager,
     WorkerManager,
 )
 from django_iq.schedule import validate_schedule
-from django_iq.states import MAX_PRIORITY, MIN_PRIORITY, EntryState, ResultStatus
+from django_iq.states import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    EntryState,
+    OutcomeStatus,
+)
 
 
 class Queue(models.Model):
@@ -109,7 +116,7 @@ class Entry(models.Model):
     cron_job = models.OneToOneField(
         "CronJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="entry"
     )
-    # The Result row of an entry enqueued through the Django Tasks backend.
+    # The Django Tasks result id of an entry enqueued through the Tasks backend.
     result_id = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001
     # Unique jobs: while an entry holds this key, enqueueing another with it returns this one.
     # NULL (no key) repeats freely; the database's unique constraint decides between racers.
@@ -156,6 +163,12 @@ class Entry(models.Model):
             # Promotion of deferred entries whose run_at has come.
             PartialIndex(
                 fields=["run_at"], where=Q(state=EntryState.INITIAL), name="iq_entry_due_idx"
+            ),
+            # The Tasks backend's get_result() of an entry still queued; plain jobs have none.
+            PartialIndex(
+                fields=["result_id"],
+                where=Q(result_id__isnull=False),
+                name="iq_entry_result_idx",
             ),
             # The claim on MariaDB, per-queue state counts and the queue's foreign key. In the
             # claim's order too, so that no plan can read a whole queue and sort it: with
@@ -459,40 +472,48 @@ class LeaderLease(models.Model):
         return f"lease {self.name}: {self.holder or '-'} (epoch {self.epoch})"
 
 
-class Result(models.Model):
-    """The result of a task enqueued through the Django Tasks backend, kept after the entry is
-    gone until ``RESULT_RETENTION_SECONDS`` have passed since it finished."""
+class RunOutcome(models.Model):
+    """One run that ended: what ran, on which worker, how long, and how it ended (its return
+    value, or its exception). Written with the run's acknowledgement or failure, in the same
+    transaction; kept for ``OUTCOME_RETENTION_SECONDS`` after it finished."""
 
-    id = models.CharField(max_length=32, primary_key=True)
-    task_path = models.CharField(max_length=200)
-    backend = models.CharField(max_length=100, default="default")
-    queue_name = models.CharField(max_length=100)
-    priority = models.SmallIntegerField(default=0)
-    status = models.CharField(
-        max_length=10, choices=ResultStatus.choices, default=ResultStatus.READY
-    )
+    entry_id = models.BigIntegerField()
+    # The Django Tasks result of the entry, for entries enqueued through the Tasks backend.
+    result_id = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001
+    job_name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
-    run_after = models.DateTimeField(null=True, blank=True)
-    enqueued_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=10, choices=OutcomeStatus.choices)
+    attempt = models.PositiveIntegerField()
+    # The job's return value (JSON); over OUTCOME_MAX_RETURN_BYTES, a marker saying so.
+    return_value = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    exception_class = models.CharField(max_length=255, blank=True)
+    traceback = models.TextField(blank=True)
+    worker_name = models.CharField(max_length=200, blank=True)
+    # None for an entry that ended without running (cancelled while it waited).
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    last_attempted_at = models.DateTimeField(null=True, blank=True)
-    return_value = models.JSONField(null=True, blank=True)
-    # [{"exception_class_path": ..., "traceback": ...}], one per failed attempt.
-    errors = models.JSONField(default=list, blank=True)
-    worker_ids = models.JSONField(default=list, blank=True)
+    finished_at = models.DateTimeField()
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    duration_seconds = models.FloatField(null=True, blank=True)
 
-    objects = ResultManager()
+    objects = RunOutcomeManager()
 
     class Meta:
+        ordering = ("-id",)
         indexes = [
-            # Pruning of finished results by age.
-            models.Index(fields=["status", "finished_at"], name="iq_result_finished_idx"),
+            # A job's recent runs; pruning by age; a Tasks result's runs.
+            models.Index(fields=["job_name", "finished_at"], name="iq_outcome_job_idx"),
+            models.Index(fields=["finished_at"], name="iq_outcome_finished_idx"),
+            PartialIndex(
+                fields=["result_id"],
+                where=Q(result_id__isnull=False),
+                name="iq_outcome_result_idx",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.task_path} {self.id} ({self.status})"
+        return f"{self.job_name} #{self.entry_id} attempt {self.attempt}: {self.status}"
 
 
 class QueueMinute(models.Model):

@@ -174,7 +174,7 @@ def cancel(ids: Iterable[int], actor: Actor) -> Outcome:
     """Delete these entries, whatever their state, except those a worker is running."""
     wanted = sorted(set(ids))
     with _atomic():
-        cancelled, running = Entry.objects.cancel_returning(wanted)
+        cancelled, running = Entry.objects.cancel_returning(wanted, catalog)
         done = sorted(entry.pk for entry in cancelled)
         outcome = Outcome(
             "cancel",

@@ -50,6 +50,7 @@ JOB_OPTIONS = (
     "max_concurrency",
     "max_concurrency_per_node",
     "rate_limit",
+    "keep_outcomes",
 )
 # Backoff, the retry policy and the limits belong to the job (workers read them from the
 # registry), so using() cannot change them.
@@ -250,6 +251,8 @@ class JobOptions:
     # Parent entries (or their ids) the entries wait for, and what a parent's failure does.
     after: tuple[int, ...] | None = None
     on_parent_failure: str = "fail"
+    # False: runs of the job leave no outcome record (Django Tasks entries always do).
+    keep_outcomes: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_concurrency", "max_concurrency_per_node"):
@@ -271,6 +274,10 @@ class JobOptions:
         if self.on_parent_failure not in PARENT_FAILURE_POLICIES:
             raise InvalidJobOptions(
                 f'on_parent_failure must be "fail" or "run", got {self.on_parent_failure!r:.80}.'
+            )
+        if not isinstance(self.keep_outcomes, bool):
+            raise InvalidJobOptions(
+                f"keep_outcomes must be True or False, got {self.keep_outcomes!r:.80}."
             )
         if not isinstance(self.unique, bool):
             raise InvalidJobOptions(f"unique must be True or False, got {self.unique!r:.80}.")
@@ -452,6 +459,10 @@ class JobCatalog(Protocol):
 
     def max_attempts_of(self, job_name: str) -> int:
         """The attempts a job's entries get (the default for a job not registered here)."""
+        ...
+
+    def keeps_outcomes(self, job_name: str) -> bool:
+        """Whether the job's runs leave outcome records (True for a job not registered here)."""
         ...
 
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.acks import Ack, AckWriter, Start
+from django_iq.acks import Ack, AckWriter
 from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.exceptions import (
@@ -140,17 +140,18 @@ class Processor:
         snoozed, ``ABANDONED`` if it was given up past its timeout, or None if it failed (the
         outcome is written)."""
         started = time.monotonic()
+        started_at = timezone.now()
         lock_id = claim.lock_id if last else None
         try:
             job = get_job(entry.job_name)
         except JobNotRegistered as exc:
-            self._failed(entry, lock_id, written, None, exc)
+            self._failed(entry, lock_id, written, None, exc, started_at=started_at)
             return None
         malformed = stored_call_problem(entry)
         if malformed is not None:
             # A row written by hand: running it again cannot help, so the failure is final.
             refused = InvalidJobArguments(malformed)
-            self._failed(entry, lock_id, written, job, refused, final=True)
+            self._failed(entry, lock_id, written, job, refused, final=True, started_at=started_at)
             return None
         if "batch_id" in entry.kwargs:
             # Perhaps a batch's callback: it runs with the counts as they are now, final.
@@ -162,11 +163,6 @@ class Processor:
         # Last thing before the body: a connection the server ended while it sat idle is
         # replaced here, so the job's first query does not fail on the queue's account.
         refresh_connections()
-        starts: list[Start] = []
-
-        def start_behind(result_id: str, at: datetime) -> None:
-            starts.append(self.acks.record_start(result_id, at))
-
         timeout = entry.timeout_seconds
         if timeout is None:
             timeout = iq_settings.DEFAULT_TIMEOUT_SECONDS
@@ -174,12 +170,14 @@ class Processor:
         watch = None
         if watchdog is not None and timeout is not None:
             # A coroutine is cancelled at its deadline by its own event loop (Job.invoke).
-            watch = Watch(entry, timeout, interrupt=not job.is_async, context=(claim, written))
+            watch = Watch(
+                entry, timeout, interrupt=not job.is_async, context=(claim, written, started_at)
+            )
         try:
             try:
                 if watchdog is not None and watch is not None:
                     watchdog.arm(watch)
-                return_value = job.invoke(entry, self.worker_name, start_behind, timeout)
+                return_value = job.invoke(entry, self.worker_name, timeout)
             finally:
                 # From here no JobTimeout is raised in this thread (see timeouts.py); the one
                 # already raised may still surface here, once, and is handled below.
@@ -188,19 +186,17 @@ class Processor:
         except Snooze as snooze:
             if self._abandoned(watch):
                 return ABANDONED
-            self.acks.wait_for(starts)
-            self._snoozed(entry, lock_id, written, job, snooze)
+            self._snoozed(entry, lock_id, written, job, snooze, started_at)
             return SNOOZED
         except BaseException as exc:  # the processing boundary: every failure is recorded.
             # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
             # only come from the job itself (signals go to the main thread), so it is the job's
-            # failure, and the thread must survive it. A start written behind goes first.
+            # failure, and the thread must survive it.
             if self._abandoned(watch):
                 return ABANDONED
             if isinstance(exc, JobTimeout) and watch is not None and not exc.args:
                 exc = JobTimeout(watch.message()).with_traceback(exc.__traceback__)
-            self.acks.wait_for(starts)
-            self._failed(entry, lock_id, written, job, exc)
+            self._failed(entry, lock_id, written, job, exc, started_at=started_at)
             return None
         if self._abandoned(watch):
             return ABANDONED
@@ -226,7 +222,7 @@ class Processor:
         the claim's other entries are free for any worker. Called by the watchdog once it has
         taken the run from its thread."""
         entry = watch.entry
-        claim, written = watch.context
+        claim, written, started_at = watch.context
         exc = JobTimeout(
             f"{watch.message()} It had not returned {iq_settings.TIMEOUT_GRACE_SECONDS:g} s "
             "after JobTimeout was raised in it (blocked outside Python code), so it was given "
@@ -236,7 +232,7 @@ class Processor:
             job: Job[Any, Any] | None = get_job(entry.job_name)
         except JobNotRegistered:
             job = None
-        self._failed(entry, claim.lock_id, written, job, exc)
+        self._failed(entry, claim.lock_id, written, job, exc, started_at=started_at)
 
     def _failed(
         self,
@@ -247,12 +243,13 @@ class Processor:
         exc: BaseException,
         *,
         final: bool = False,
+        started_at: datetime | None = None,
     ) -> None:
         self._log_failure(entry, exc, job, final=final)
         if lock_id is not None:
             # This failure gives the lock up: the claim's successes it covers are written first.
             self.acks.wait_for(written)
-        self._record_failure(entry, lock_id, job, exc, final=final)
+        self._record_failure(entry, lock_id, job, exc, final=final, started_at=started_at)
 
     def _snoozed(
         self,
@@ -261,6 +258,7 @@ class Processor:
         written: list[Ack],
         job: Job[Any, Any],
         snooze: Snooze,
+        started_at: datetime,
     ) -> None:
         if lock_id is not None:
             # The lock goes: the claim's successes it covers are written first.
@@ -277,6 +275,7 @@ class Processor:
                 worker_name=self.worker_name,
                 now=now,
                 jobs=catalog,
+                started_at=started_at,
             ),
             "snooze",
         )
@@ -337,6 +336,7 @@ class Processor:
         exc: BaseException,
         *,
         final: bool = False,
+        started_at: datetime | None = None,
     ) -> None:
         refresh_connections()
         now = timezone.now()
@@ -361,6 +361,7 @@ class Processor:
                 worker_name=self.worker_name,
                 now=now,
                 jobs=catalog,
+                started_at=started_at,
             ),
             "fail",
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -480,37 +479,31 @@ def estimated_row_count(using: str, table: str) -> int | None:
 # channel and payload sent many times in one transaction into one.
 NOTIFY_CHANNEL = "django_iq"
 
-# Enqueue in one round trip on PostgreSQL: the entries (and, for the Django Tasks backend,
-# their result rows) are inserted only if their queue exists, in the state the job's switch
+# Enqueue in one round trip on PostgreSQL: the entries are inserted only if their queue exists, in the state the job's switch
 # gives them (disabled or not), and each pending one notifies its queue's listeners. No row
 # comes back when the queue does not exist: the caller creates a declared queue and tries
 # again, or refuses the enqueue. One statement is one transaction on its own, so a single
 # enqueue needs no BEGIN and COMMIT of its own. One entry (the common case) is a plain
 # INSERT ... SELECT, which PostgreSQL plans as fast as an INSERT ... VALUES; several are
 # read from a VALUES list in call order.
-ENQUEUE_ONE_POSTGRESQL = """{results}
+ENQUEUE_ONE_POSTGRESQL = """
 INSERT INTO {entry_table} ({columns})
 SELECT {values}
 WHERE EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s){on_conflict}
 RETURNING {id}, {state}{notify}
 """
-ENQUEUE_MANY_POSTGRESQL = """{results}
+ENQUEUE_MANY_POSTGRESQL = """
 INSERT INTO {entry_table} ({columns})
 SELECT {selected} FROM (VALUES {rows}) AS v({names})
 WHERE EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s)
 ORDER BY v.iq_ord
 RETURNING {id}, {state}{notify}
 """
-ENQUEUE_RESULTS_POSTGRESQL = """WITH r AS (
-    INSERT INTO {result_table} ({columns})
-    SELECT {names} FROM (VALUES {rows}) AS v({names})
-    WHERE EXISTS (SELECT 1 FROM {queue_table} WHERE {queue_name} = %s)
-)"""
 _DISABLED_OR = (
     "CASE WHEN EXISTS (SELECT 1 FROM {disabled_table} WHERE {disabled_job} = %s) "
     "THEN 'disabled' ELSE {value} END"
 )
-_ENQUEUE_SQL: dict[tuple[str, int, int, bool, bool], str] = {}
+_ENQUEUE_SQL: dict[tuple[str, int, bool, bool], str] = {}
 
 
 def supports_single_statement_enqueue(using: str) -> bool:
@@ -523,12 +516,10 @@ def _stored_fields(model: Any) -> list[Any]:
     return [f for f in model._meta.concrete_fields if f is not model._meta.auto_field]
 
 
-def _enqueue_sql(
-    connection: Any, rows: int, results: int, notify: bool, unique: bool = False
-) -> str:
-    """The enqueue statement for ``rows`` entries and ``results`` result rows, built once.
-    ``unique`` (one entry): an entry whose unique key is taken is not written."""
-    key = (connection.alias, rows, results, notify, unique)
+def _enqueue_sql(connection: Any, rows: int, notify: bool, unique: bool = False) -> str:
+    """The enqueue statement for ``rows`` entries, built once. ``unique`` (one entry): an
+    entry whose unique key is taken is not written."""
+    key = (connection.alias, rows, notify, unique)
     sql = _ENQUEUE_SQL.get(key)
     if sql is not None:
         return sql
@@ -550,20 +541,7 @@ def _enqueue_sql(
     )
     queue_table = quote(str(iq.Queue._meta.db_table))
     queue_name = col(iq.Queue, "name")
-    results_sql = ""
-    if results:
-        result_fields = _stored_fields(iq.Result)
-        result_names = ", ".join(quote(str(f.column)) for f in result_fields)
-        results_sql = ENQUEUE_RESULTS_POSTGRESQL.format(
-            result_table=quote(str(iq.Result._meta.db_table)),
-            columns=result_names,
-            names=result_names,
-            rows=", ".join(["(" + ", ".join(casts(result_fields)) + ")"] * results),
-            queue_table=queue_table,
-            queue_name=queue_name,
-        )
     common = {
-        "results": results_sql,
         "entry_table": quote(str(iq.Entry._meta.db_table)),
         "columns": ", ".join(names),
         "queue_table": queue_table,
@@ -608,22 +586,13 @@ def enqueue_in_one_statement(
     job_name: str,
     entries: Sequence[Any],
     *,
-    results: Sequence[Any] = (),
     unique: bool = False,
 ) -> list[tuple[int, str]] | None:
-    """Insert ``entries`` (unsaved ``Entry`` objects of one job and queue) and ``results``
-    (unsaved ``Result`` rows) in one statement; return ``(id, state)`` per entry in order,
-    or None, with nothing written, if ``queue`` has no row or (``unique``, one entry without
-    results) the entry's unique key is taken."""
+    """Insert ``entries`` (unsaved ``Entry`` objects of one job and queue) in one statement;
+    return ``(id, state)`` per entry in order, or None, with nothing written, if ``queue`` has
+    no row or (``unique``, one entry) the entry's unique key is taken."""
     connection = connections[using]
     params: list[Any] = []
-    if results:
-        for result in results:
-            params.extend(
-                f.get_db_prep_save(getattr(result, f.attname), connection)
-                for f in _stored_fields(iq.Result)
-            )
-        params.append(queue)
     fields = _stored_fields(iq.Entry)
     one = len(entries) == 1
     if not one:
@@ -636,7 +605,7 @@ def enqueue_in_one_statement(
         if not one:
             params.append(index)
     params.append(queue)
-    sql = _enqueue_sql(connection, len(entries), len(results), notifications_on(using), unique)
+    sql = _enqueue_sql(connection, len(entries), notifications_on(using), unique)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         created = [(row[0], row[1]) for row in cursor.fetchall()]
@@ -660,49 +629,6 @@ def notify_ready(using: str, queues: Iterable[object]) -> None:
             "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q",
             [NOTIFY_CHANNEL, names],
         )
-
-
-# A Django Tasks result starts an attempt in one statement: RUNNING, first start kept, this
-# worker appended to worker_ids (a JSON array), by each database's JSON function.
-_APPEND_WORKER_BY_VENDOR = {
-    "postgresql": "{worker_ids} || jsonb_build_array(%s::text)",
-    "sqlite": "json_insert({worker_ids}, '$[#]', %s)",
-    "mysql": "JSON_ARRAY_APPEND({worker_ids}, '$', %s)",
-}
-START_RESULT = (
-    "UPDATE {table} SET {status} = 'RUNNING', {started_at} = COALESCE({started_at}, %s), "
-    "{last_attempted_at} = %s, {worker_ids} = {append} WHERE {id} = %s"
-)
-
-
-def start_result(using: str, result_id: str, worker_id: str, now: Any) -> Any:
-    """Mark a Tasks result RUNNING for ``worker_id``; return the ``Result`` as written (one
-    round trip on PostgreSQL), or None if there is no such result."""
-    connection = connections[using]
-    quote = connection.ops.quote_name
-    model = iq.Result
-    fields = model._meta.concrete_fields
-    column = columns(connection, model)
-    sql = START_RESULT.format(
-        table=quote(str(model._meta.db_table)),
-        append=_template(_APPEND_WORKER_BY_VENDOR, connection.vendor, "start a task").format(
-            worker_ids=column["worker_ids"]
-        ),
-        **column,
-    )
-    stamp = model._meta.get_field("started_at").get_db_prep_save(now, connection)
-    params = [stamp, stamp, worker_id, result_id]
-    returning = connection.vendor == "postgresql"
-    if returning:
-        sql += " RETURNING " + ", ".join(column[f.name] for f in fields)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        if not returning:
-            return (
-                model.objects.using(using).filter(pk=result_id).first() if cursor.rowcount else None
-            )
-        row = cursor.fetchone()
-    return None if row is None else _instance(using, model, row)
 
 
 _LOADERS: dict[Any, tuple[list[str], list[Any]]] = {}
@@ -739,8 +665,8 @@ WITH le AS (
     ORDER BY {entry_id} FOR UPDATE
 ), de AS (
     DELETE FROM {entry_table} e USING le WHERE e.{entry_id} = le.{entry_id}
-    RETURNING e.{entry_id}{returned_key}
-){windows}, dd AS (
+    RETURNING e.{entry_id}{returned_key}{returned_outcome}
+){windows}{outcomes}, dd AS (
     DELETE FROM {dep_table} d USING de WHERE d.{dep_parent} = de.{entry_id}
     RETURNING d.{dep_child}
 ), rc AS (
@@ -761,29 +687,9 @@ WITH le AS (
     ORDER BY {lock_id} FOR UPDATE
 ), dl AS (
     DELETE FROM {lock_table} g USING ll WHERE g.{lock_id} = ll.{lock_id} RETURNING g.{lock_id}
-){results}
-{select}
-"""
-COMPLETE_SELECT = "SELECT {lock_id} FROM dl"
-# With results: the deleted lock ids as one array, then the results as written, one per row.
-COMPLETE_SELECT_WITH_RESULTS = (
-    "SELECT (SELECT ARRAY_AGG({lock_id}) FROM dl), ur.* FROM (SELECT 1) AS one LEFT JOIN ur ON TRUE"
 )
-# The Django Tasks results of the finished entries, in the same statement: SUCCESSFUL with
-# their return values, and, for a first attempt whose start was not written yet, the start too
-# (first start kept, this worker appended), so a short task's result is written once.
-COMPLETE_RESULTS_POSTGRESQL = """, ur AS (
-    UPDATE {table} r SET {status} = 'SUCCESSFUL', {return_value} = v.value::jsonb,
-        {finished_at} = v.at, {started_at} = COALESCE(r.{started_at}, v.started),
-        {last_attempted_at} = COALESCE(v.started, r.{last_attempted_at}),
-        {worker_ids} = CASE WHEN v.worker IS NULL THEN r.{worker_ids}
-                       ELSE r.{worker_ids} || jsonb_build_array(v.worker) END
-    FROM unnest(%(r_ids)s::varchar[], %(r_values)s::text[], %(r_ats)s::timestamptz[],
-                %(r_started)s::timestamptz[], %(r_workers)s::text[])
-         AS v(id, value, at, started, worker)
-    WHERE r.{id} = v.id AND (SELECT COUNT(*) FROM de) >= 0
-    RETURNING {columns}
-)"""
+SELECT {lock_id} FROM dl
+"""
 # The entries deleted that held unique keys with a window (unique_for): each window starts now
 # (the database's clock, as the ORM path's Now()). Only keys still held (expires_at NULL) are
 # touched, and only entries this statement deleted count.
@@ -792,18 +698,44 @@ COMPLETE_WINDOWS_POSTGRESQL = """, uk AS (
     FROM de WHERE k.{key} = de.{unique_key} AND k.{expires_at} IS NULL
     RETURNING k.{id}
 )"""
+# The outcome records of the entries this statement deleted (those of jobs that keep them), in
+# the same statement: what ran is read from the deleted rows, how it ended from the arrays.
+COMPLETE_OUTCOMES_POSTGRESQL = """, oi AS (
+    INSERT INTO {table} ({entry_id}, {result_id}, {job_name}, {queue}, {args}, {kwargs},
+        {status}, {attempt}, {return_value}, {exception_class}, {traceback}, {worker_name},
+        {started_at}, {finished_at}, {enqueued_at}, {duration_seconds})
+    SELECT de.{e_id}, de.{e_result_id}, de.{e_job_name}, de.{e_queue}, de.{e_args},
+        de.{e_kwargs}, 'succeeded', de.{e_attempts} + 1, v.value::jsonb, '', '', v.worker,
+        v.started, v.at, de.{e_enqueued_at}, v.took
+    FROM unnest(%(o_entries)s::bigint[], %(o_values)s::text[], %(o_ats)s::timestamptz[],
+                %(o_started)s::timestamptz[], %(o_took)s::float8[], %(o_workers)s::text[])
+         AS v(entry, value, at, started, took, worker)
+    JOIN de ON de.{e_id} = v.entry
+)"""
+# What the outcome records read from the deleted entries.
+_OUTCOME_ENTRY_FIELDS = (
+    "job_name",
+    "queue",
+    "args",
+    "kwargs",
+    "attempts",
+    "result_id",
+    "enqueued_at",
+)
 _COMPLETE_SQL: dict[tuple[str, bool, bool], str] = {}
 
 
 @dataclass(frozen=True)
-class ResultDone:
-    """A Tasks result to write as SUCCESSFUL; ``started``/``worker``: a start not yet written."""
+class OutcomeDone:
+    """A success's outcome record: the entry, its return value as stored (JSON text, or None),
+    when the run finished and started, how long it took, and the worker that ran it."""
 
-    result_id: str
-    return_value: Any
+    entry_id: int
+    return_json: str | None
     at: datetime
-    started: datetime | None = None
-    worker: str | None = None
+    started: datetime | None
+    duration_seconds: float | None
+    worker_name: str
 
 
 def supports_single_statement_complete(using: str) -> bool:
@@ -815,54 +747,40 @@ def complete_in_one_statement(
     using: str,
     entry_ids: Sequence[int],
     lock_ids: Sequence[int],
-    results: Sequence[ResultDone] = (),
     *,
     unique_keys: bool = False,
-) -> tuple[set[int], list[Any]]:
-    """Delete finished entries and the group locks of the claims they ended, and finish their
-    Tasks ``results``, in one statement; return the lock ids that were deleted and the
-    ``Result`` rows as written. ``unique_keys``: some entries hold unique keys, whose windows
-    (``unique_for``) start."""
+    outcomes: Sequence[OutcomeDone] = (),
+) -> set[int]:
+    """Delete finished entries and the group locks of the claims they ended, and insert the
+    ``outcomes`` records of those deleted, in one statement; return the lock ids that were
+    deleted. ``unique_keys``: some entries hold unique keys, whose windows (``unique_for``)
+    start."""
     connection = connections[using]
     params: dict[str, Any] = {
         "entries": sorted(set(entry_ids)),
         "locks": sorted(set(lock_ids)),
     }
-    if results:
-        encoder = iq.Result._meta.get_field("return_value").encoder
-        ordered = sorted(results, key=lambda r: r.result_id)
+    if outcomes:
         params.update(
-            r_ids=[r.result_id for r in ordered],
-            r_values=[json.dumps(r.return_value, cls=encoder) for r in ordered],
-            r_ats=[r.at for r in ordered],
-            r_started=[r.started for r in ordered],
-            r_workers=[r.worker for r in ordered],
+            o_entries=[o.entry_id for o in outcomes],
+            o_values=[o.return_json for o in outcomes],
+            o_ats=[o.at for o in outcomes],
+            o_started=[o.started for o in outcomes],
+            o_took=[o.duration_seconds for o in outcomes],
+            o_workers=[o.worker_name for o in outcomes],
         )
+    sql = _complete_sql(connection, unique_keys, bool(outcomes))
     with connection.cursor() as cursor:
-        cursor.execute(_complete_sql(connection, bool(results), unique_keys), params)
-        rows = cursor.fetchall()
-    if not results:
-        return {row[0] for row in rows}, []
-    locks = set(rows[0][0] or ()) if rows else set()
-    written = [_instance(using, iq.Result, row[1:]) for row in rows if row[1] is not None]
-    return locks, written
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}
 
 
-def _complete_sql(connection: Any, with_results: bool, with_windows: bool) -> str:
-    key = (connection.alias, with_results, with_windows)
+def _complete_sql(connection: Any, with_windows: bool, with_outcomes: bool) -> str:
+    key = (connection.alias, with_windows, with_outcomes)
     sql = _COMPLETE_SQL.get(key)
     if sql is None:
         quote = connection.ops.quote_name
         lock_id = quote(str(iq.GroupLock._meta.pk.column))
-        results = ""
-        if with_results:
-            fields = iq.Result._meta.concrete_fields
-            column = columns(connection, iq.Result)
-            results = COMPLETE_RESULTS_POSTGRESQL.format(
-                table=quote(str(iq.Result._meta.db_table)),
-                columns=", ".join(f"r.{quote(str(f.column))}" for f in fields),
-                **column,
-            )
         unique_key = quote(str(iq.Entry._meta.get_field("unique_key").column))
         windows = ""
         if with_windows:
@@ -873,6 +791,15 @@ def _complete_sql(connection: Any, with_results: bool, with_windows: bool) -> st
             )
         entry = columns(connection, iq.Entry)
         dependency = columns(connection, iq.EntryDependency)
+        outcomes = returned_outcome = ""
+        if with_outcomes:
+            returned_outcome = "".join(f", e.{entry[name]}" for name in _OUTCOME_ENTRY_FIELDS)
+            outcomes = COMPLETE_OUTCOMES_POSTGRESQL.format(
+                table=quote(str(iq.RunOutcome._meta.db_table)),
+                e_id=entry["id"],
+                **{f"e_{name}": entry[name] for name in _OUTCOME_ENTRY_FIELDS},
+                **columns(connection, iq.RunOutcome),
+            )
         sql = COMPLETE_POSTGRESQL.format(
             entry_table=quote(str(iq.Entry._meta.db_table)),
             entry_id=quote(str(iq.Entry._meta.pk.column)),
@@ -885,14 +812,12 @@ def _complete_sql(connection: Any, with_results: bool, with_windows: bool) -> st
             queue=entry["queue"],
             channel=NOTIFY_CHANNEL,
             returned_key=f", e.{unique_key}" if with_windows else "",
+            returned_outcome=returned_outcome,
+            outcomes=outcomes,
             windows=windows,
             before_locks="uk" if with_windows else "de",
             lock_table=quote(str(iq.GroupLock._meta.db_table)),
             lock_id=lock_id,
-            results=results,
-            select=(COMPLETE_SELECT_WITH_RESULTS if with_results else COMPLETE_SELECT).format(
-                lock_id=lock_id
-            ),
         )
         _COMPLETE_SQL[key] = sql
     return sql
@@ -998,72 +923,6 @@ def vacuum(using: str, table: str) -> None:
     connection = connections[using]
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
-
-
-# Finish many Tasks results as SUCCESSFUL in one statement on PostgreSQL, each with its own
-# return value and time (elsewhere Django's bulk_update writes a CASE per column).
-FINISH_RESULTS_POSTGRESQL = (
-    "UPDATE {table} r SET {status} = 'SUCCESSFUL', {return_value} = v.value, "
-    "{finished_at} = v.at FROM (VALUES {rows}) AS v(id, value, at) WHERE r.{id} = v.id"
-)
-
-
-def finish_results(using: str, done: Sequence[tuple[str, Any, Any]]) -> bool:
-    """Write ``(result id, return value, finished at)`` as SUCCESSFUL in one statement; return
-    False where this takes the ORM instead (not PostgreSQL)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return False
-    quote = connection.ops.quote_name
-    model = iq.Result
-    column = columns(connection, model)
-    value_field = model._meta.get_field("return_value")
-    at_field = model._meta.get_field("finished_at")
-    sql = FINISH_RESULTS_POSTGRESQL.format(
-        table=quote(str(model._meta.db_table)),
-        rows=", ".join(["(%s::varchar, %s::jsonb, %s::timestamptz)"] * len(done)),
-        **column,
-    )
-    params: list[Any] = []
-    for result_id, value, at in done:
-        params.append(result_id)
-        params.append(value_field.get_db_prep_save(value, connection))
-        params.append(at_field.get_db_prep_save(at, connection))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-    return True
-
-
-START_RESULTS_POSTGRESQL = (
-    "UPDATE {table} r SET {status} = 'RUNNING', {started_at} = COALESCE(r.{started_at}, v.at), "
-    "{last_attempted_at} = v.at, {worker_ids} = r.{worker_ids} || jsonb_build_array(v.worker) "
-    "FROM (VALUES {rows}) AS v(id, worker, at) WHERE r.{id} = v.id"
-)
-
-
-def start_results(using: str, starts: Sequence[tuple[str, str, Any]]) -> bool:
-    """``start_result`` of many ``(result id, worker id, time)`` in one statement; return False
-    where this takes one statement per result instead (not PostgreSQL)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return False
-    if not starts:
-        return True
-    quote = connection.ops.quote_name
-    model = iq.Result
-    column = columns(connection, model)
-    at_field = model._meta.get_field("started_at")
-    sql = START_RESULTS_POSTGRESQL.format(
-        table=quote(str(model._meta.db_table)),
-        rows=", ".join(["(%s::varchar, %s::text, %s::timestamptz)"] * len(starts)),
-        **column,
-    )
-    params: list[Any] = []
-    for result_id, worker_id, at in starts:
-        params.extend((result_id, worker_id, at_field.get_db_prep_save(at, connection)))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-    return True
 
 
 # Entries join a batch on PostgreSQL in one statement (see managers/batches.py): the batch's

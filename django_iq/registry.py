@@ -10,7 +10,6 @@ import inspect
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from asgiref.sync import async_to_sync
@@ -91,15 +90,12 @@ class Job(Generic[P, R]):
         self,
         entry: Entry,
         worker_name: str,
-        started: Callable[[str, datetime], None] | None = None,
         timeout: float | None = None,
     ) -> Any:
         """Run the job for ``entry`` in a processing thread and return what it returned.
 
         Coroutine functions run to completion in an event loop of their own, cancelled at
         ``timeout`` seconds (``JobTimeout``); the worker's watchdog times out the others.
-        ``started(result id, time)``, when given, records a Django Tasks result's start behind
-        the run (see ``acks.AckWriter.record_start``); plain jobs have no result to start.
         """
         if self.is_async:
             return run_coroutine(self.func, entry.args, entry.kwargs, timeout)
@@ -178,7 +174,8 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None, **option
     (a parameter name or ``f(args, kwargs)``: each call's group key), ``merge`` (with
     ``group_by``: folds a group's waiting entries into one, see ``compaction.py``),
     ``backoff_base_seconds``, ``backoff_max_seconds``, ``retry_on``, ``dont_retry_on``,
-    ``max_snoozes``, ``unique`` and ``unique_for``. Raises ``InvalidJobOptions``.
+    ``max_snoozes``, ``unique``, ``unique_for`` and ``keep_outcomes`` (False: runs leave no
+    outcome record). Raises ``InvalidJobOptions``.
     """
     for option in options:
         if option not in JOB_OPTIONS:
@@ -298,6 +295,10 @@ class RegisteredJobs:
         except JobNotRegistered:
             default: int = iq_settings.DEFAULT_MAX_ATTEMPTS
             return default
+
+    def keeps_outcomes(self, job_name: str) -> bool:
+        job = registered_jobs().get(job_name)
+        return job is None or job.options.keep_outcomes
 
 
 catalog = RegisteredJobs()

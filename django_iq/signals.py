@@ -20,8 +20,7 @@ entry_started = Signal()
 # Sent after a job returned and its entry was removed (args: entry, worker_name, duration_seconds).
 entry_finished = Signal()
 # Sent once per batch of successes written together, before entry_finished for each of them
-# (args: entries, worker_name, results: the Tasks results as written, by id, where the write
-# returned them): for receivers that read something per entry in one query.
+# (args: entries, worker_name): for receivers that read something per entry in one query.
 entries_finished = Signal()
 # Sent after a failed attempt was recorded (args: entry, error, will_retry).
 entry_failed = Signal()

@@ -41,13 +41,15 @@ STATE_LABELS = {
 }
 
 
-class ResultStatus(models.TextChoices):
-    """The Django Tasks framework's statuses."""
+class OutcomeStatus(models.TextChoices):
+    """How one run ended, as its outcome record says."""
 
-    READY = "READY", "ready"
-    RUNNING = "RUNNING", "running"
-    FAILED = "FAILED", "failed"
-    SUCCESSFUL = "SUCCESSFUL", "successful"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    TIMED_OUT = "timed_out", "timed out"
+    CANCELLED = "cancelled", "cancelled"
+    # The job raised Snooze: put back without counting an attempt.
+    SNOOZED = "snoozed", "snoozed"
 
 
 def group_lock_key(group_key: str) -> str:

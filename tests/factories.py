@@ -17,7 +17,7 @@ from django_iq.models import (
     GroupLock,
     LeaderLease,
     Queue,
-    Result,
+    RunOutcome,
     Worker,
 )
 from django_iq.registry import autodiscover, registered_jobs
@@ -136,13 +136,16 @@ class DisabledJobFactory(factory.django.DjangoModelFactory):
     job_name = "tests.testapp.jobs.record"
 
 
-class ResultFactory(factory.django.DjangoModelFactory):
+class RunOutcomeFactory(factory.django.DjangoModelFactory):
     class Meta:
-        model = Result
+        model = RunOutcome
 
-    id = factory.LazyFunction(lambda: uuid.uuid4().hex)
-    task_path = "tests.testapp.tasks.add"
-    queue_name = "default"
+    entry_id = factory.Sequence(lambda n: n + 1)
+    job_name = "tests.testapp.jobs.record"
+    queue = "default"
+    status = "succeeded"
+    attempt = 1
+    finished_at = factory.LazyFunction(timezone.now)
 
 
 class LeaderLeaseFactory(factory.django.DjangoModelFactory):

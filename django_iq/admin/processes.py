@@ -1,5 +1,5 @@
 """Read-only admins for what the processes write: workers and their load, group locks, the
-leadership lease, the results of Django Tasks, and the jobs' caps and rate limits."""
+leadership lease, and the jobs' caps and rate limits."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterR
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
-from django_iq.admin.common import EstimatedCountPaginator, ReadOnlyAdmin
+from django_iq.admin.common import ReadOnlyAdmin
 from django_iq.conf import iq_settings
 from django_iq.managers.limits import JobUsage
-from django_iq.models import GroupLock, JobLimit, LeaderLease, Result, Worker
+from django_iq.models import GroupLock, JobLimit, LeaderLease, Worker
 from django_iq.options import JobLimits
 from django_iq.wording import rate_use, used_of
 
@@ -129,20 +129,6 @@ class LeaderLeaseAdmin(ReadOnlyAdmin):
     @admin.display(description="held", boolean=True)
     def is_held(self, lease: LeaderLease) -> bool:
         return bool(getattr(lease, "held", False))
-
-
-@admin.register(Result)
-class ResultAdmin(ReadOnlyAdmin):
-    list_display = ("id", "task_path", "status", "queue_name", "enqueued_at", "finished_at")
-    list_filter = ("status",)
-    search_fields = ("=id",)
-    search_help_text = "A result id."
-    # The primary key is the only index fit for ordering a table that can be large.
-    sortable_by = ("id",)
-    paginator = EstimatedCountPaginator
-    list_deferred = ("args", "kwargs", "return_value", "errors")
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
 
 
 @admin.register(JobLimit)

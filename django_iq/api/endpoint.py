@@ -19,6 +19,8 @@ from django_iq.limits import text_problem
 CANCEL_PERMISSION = "django_iq.cancel_entry"
 REQUEUE_PERMISSION = "django_iq.requeue_entryerror"
 PAUSE_PERMISSION = "django_iq.pause_queue"
+# Outcome records are shown to whoever may view them in the admin.
+VIEW_OUTCOMES_PERMISSION = "django_iq.view_runoutcome"
 # Most ids one POST may name, so that a request stays one bounded statement on every database.
 MAX_IDS = 1000
 # Ids are 64-bit: a larger number names nothing and some drivers refuse it.

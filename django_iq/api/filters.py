@@ -16,7 +16,14 @@ from django.utils import timezone
 
 from django_iq.api.endpoint import MAX_ID, ApiError, InvalidParameter
 from django_iq.models import Queue
-from django_iq.states import AWAITING_COMPUTE, COMPUTING, MAX_PRIORITY, MIN_PRIORITY, EntryState
+from django_iq.states import (
+    AWAITING_COMPUTE,
+    COMPUTING,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    EntryState,
+    OutcomeStatus,
+)
 
 ENTRY_STATES = (*EntryState.values, COMPUTING, AWAITING_COMPUTE)
 # Queue names listed in a "does not exist" message, at most.
@@ -195,6 +202,49 @@ ENTRY_FILTERS: tuple[Param, ...] = (
         f"an integer from {MIN_PRIORITY} to {MAX_PRIORITY}",
         parse_priority,
         _where("priority__lte"),
+    ),
+)
+
+
+def parse_outcome_status(raw: str) -> str:
+    if raw not in OutcomeStatus.values:
+        raise ValueError
+    return raw
+
+
+OUTCOME_FILTERS: tuple[Param, ...] = (
+    Param(
+        "queue",
+        {"type": "string", "maxLength": 255},
+        "Only runs of entries of this queue.",
+        "a queue name",
+        parse_text,
+        _where("queue"),
+    ),
+    JOB,
+    Param(
+        "status",
+        {"type": "string", "enum": list(OutcomeStatus.values)},
+        "Only runs that ended this way.",
+        "one of " + ", ".join(OutcomeStatus.values),
+        parse_outcome_status,
+        _where("status"),
+    ),
+    Param(
+        "entry_id",
+        {"type": "integer", "minimum": 1},
+        "Only the runs of this entry.",
+        "an entry id",
+        parse_id,
+        _where("entry_id"),
+    ),
+    Param(
+        "result_id",
+        {"type": "string", "maxLength": 32},
+        "Only the runs of this Django Tasks result.",
+        "a Tasks result id",
+        parse_text,
+        _where("result_id"),
     ),
 )
 ERROR_FILTERS: tuple[Param, ...] = (

@@ -11,8 +11,13 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from django_iq import __version__
-from django_iq.api.endpoint import CANCEL_PERMISSION, PAUSE_PERMISSION, REQUEUE_PERMISSION
-from django_iq.api.filters import ENTRY_FILTERS, ERROR_FILTERS, Param
+from django_iq.api.endpoint import (
+    CANCEL_PERMISSION,
+    PAUSE_PERMISSION,
+    REQUEUE_PERMISSION,
+    VIEW_OUTCOMES_PERMISSION,
+)
+from django_iq.api.filters import ENTRY_FILTERS, ERROR_FILTERS, OUTCOME_FILTERS, Param
 from django_iq.api.pagination import FORMAT, NDJSON_CONTENT_TYPE, PAGE_PARAMS
 from django_iq.api.schemas import SCHEMAS, ref
 
@@ -133,6 +138,23 @@ OPERATIONS: tuple[Operation, ...] = (
         "record ids, or every one matching job, exception_class and/or queue (one at least).",
         permission=REQUEUE_PERMISSION,
         request_body={"oneOf": [ref("Ids"), ref("RequeueMatching")]},
+    ),
+    Operation(
+        "/outcomes/",
+        "get",
+        "listOutcomes",
+        "List outcome records",
+        {
+            200: (
+                "A page of outcome records by id, or every one as NDJSON.",
+                "OutcomePage",
+            )
+        },
+        "Records of runs that ended (succeeded, failed, timed_out, cancelled), kept for "
+        "OUTCOME_RETENTION_SECONDS, matching every filter given, ordered by id.",
+        parameters=(*OUTCOME_FILTERS, *PAGE_PARAMS, FORMAT),
+        permission=VIEW_OUTCOMES_PERMISSION,
+        ndjson_schema="OutcomeRecord",
     ),
     Operation(
         "/queues/",

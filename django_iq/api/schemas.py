@@ -8,7 +8,13 @@ from typing import Any
 from django_iq.alarms import QUEUE_REASONS
 from django_iq.api.endpoint import MAX_IDS
 from django_iq.api.filters import ENTRY_STATES
-from django_iq.states import COUNTED_STATES, MAX_PRIORITY, MIN_PRIORITY, EntryState
+from django_iq.states import (
+    COUNTED_STATES,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    EntryState,
+    OutcomeStatus,
+)
 
 NULLABLE_STRING = {"type": ["string", "null"]}
 DATE_TIME = {"type": "string", "format": "date-time"}
@@ -72,6 +78,27 @@ ERROR_RECORD = {
     "requeued_at": NULLABLE_DATE_TIME,
 }
 TRACEBACK = {"traceback": {"type": "string"}}
+OUTCOME_RECORD = {
+    "id": ID,
+    "entry_id": {**ID, "description": "The entry that ran (gone once it ended for good)."},
+    "result_id": {**NULLABLE_STRING, "description": "Its Django Tasks result id."},
+    "queue": {"type": "string"},
+    "job": {"type": "string"},
+    "args": {"description": "Positional arguments of the call."},
+    "kwargs": {"description": "Keyword arguments of the call."},
+    "status": {"type": "string", "enum": list(OutcomeStatus.values)},
+    "attempt": {"type": "integer", "minimum": 1},
+    "return_value": {
+        "description": "What the job returned (JSON), or an object whose key "
+        "django_iq_return_value_not_kept says why it was not kept."
+    },
+    "exception_class": {"type": "string", "description": "Dotted path; empty for a success."},
+    "traceback": {"type": "string", "description": "Empty for a success."},
+    "worker": {"type": "string", "description": "Name of the worker that ran it."},
+    "started_at": NULLABLE_DATE_TIME,
+    "finished_at": DATE_TIME,
+    "duration_seconds": {"type": ["number", "null"]},
+}
 COUNTS = COUNTED_STATES
 
 # What an operator action did, worded as the admin and the iq_* commands word it.
@@ -142,6 +169,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "cancelled": IDS,
             "skipped": IDS,
             "not_found": IDS,
+        }
+    ),
+    "OutcomeRecord": closed_object(OUTCOME_RECORD),
+    "OutcomePage": closed_object(
+        {
+            "results": {"type": "array", "items": ref("OutcomeRecord")},
+            "next": {"type": ["string", "null"], "format": "uri"},
         }
     ),
     "ErrorRecord": closed_object(ERROR_RECORD),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django_iq.models import Entry, EntryError, GroupLock, Queue
+from django_iq.models import Entry, EntryError, GroupLock, Queue, RunOutcome
 from django_iq.snapshot import QueueView
 from django_iq.states import AWAITING_COMPUTE, COMPUTING, EntryState
 
@@ -89,6 +89,28 @@ def error_dict(error: EntryError, *, with_traceback: bool = False) -> dict[str, 
     if with_traceback:
         data["traceback"] = error.traceback
     return data
+
+
+def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:
+    """One run that ended, with its return value or its traceback."""
+    return {
+        "id": outcome.pk,
+        "entry_id": outcome.entry_id,
+        "result_id": outcome.result_id,
+        "queue": outcome.queue,
+        "job": outcome.job_name,
+        "args": outcome.args,
+        "kwargs": outcome.kwargs,
+        "status": outcome.status,
+        "attempt": outcome.attempt,
+        "return_value": outcome.return_value,
+        "exception_class": outcome.exception_class,
+        "traceback": outcome.traceback,
+        "worker": outcome.worker_name,
+        "started_at": outcome.started_at,
+        "finished_at": outcome.finished_at,
+        "duration_seconds": outcome.duration_seconds,
+    }
 
 
 def queue_dict(queue: Queue, view: QueueView) -> dict[str, Any]:

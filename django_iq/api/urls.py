@@ -15,6 +15,7 @@ urlpatterns = [
     path("errors/requeue/", views.error_requeue, name="error-requeue"),
     path("errors/<int:error_id>/", views.error, name="error"),
     path("jobs/stats/", views.job_stats, name="job-stats"),
+    path("outcomes/", views.outcome_list, name="outcome-list"),
     path("queues/", views.queue_list, name="queue-list"),
     path("queues/<path:name>/pause/", views.queue_pause, name="queue-pause"),
     path("queues/<path:name>/resume/", views.queue_resume, name="queue-resume"),

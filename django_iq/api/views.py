@@ -20,6 +20,7 @@ from django_iq.api.endpoint import (
     CANCEL_PERMISSION,
     PAUSE_PERMISSION,
     REQUEUE_PERMISSION,
+    VIEW_OUTCOMES_PERMISSION,
     ApiError,
     Endpoint,
     InvalidParameter,
@@ -28,7 +29,14 @@ from django_iq.api.endpoint import (
     read_json_object,
     refuse_unknown_keys,
 )
-from django_iq.api.filters import ENTRY_FILTERS, ERROR_FILTERS, Param, apply_filters, parse_query
+from django_iq.api.filters import (
+    ENTRY_FILTERS,
+    ERROR_FILTERS,
+    OUTCOME_FILTERS,
+    Param,
+    apply_filters,
+    parse_query,
+)
 from django_iq.api.pagination import (
     CURSOR,
     DEFAULT_LIMIT,
@@ -37,9 +45,23 @@ from django_iq.api.pagination import (
     paginate,
     stream_ndjson,
 )
-from django_iq.api.serializers import entry_detail, entry_summary, error_dict, queue_dict
+from django_iq.api.serializers import (
+    entry_detail,
+    entry_summary,
+    error_dict,
+    outcome_dict,
+    queue_dict,
+)
 from django_iq.managers.jobstats import window_start
-from django_iq.models import Entry, EntryError, GroupLock, JobMinute, OperatorAction, Queue
+from django_iq.models import (
+    Entry,
+    EntryError,
+    GroupLock,
+    JobMinute,
+    OperatorAction,
+    Queue,
+    RunOutcome,
+)
 from django_iq.snapshot import read_snapshot
 
 REQUEUE_FILTER_KEYS = ("job", "exception_class", "queue")
@@ -186,6 +208,12 @@ def _cancel(request: HttpRequest, ids: list[int], *, single: bool) -> HttpRespon
 def error_list(request: HttpRequest) -> HttpResponseBase:
     """List failed attempts matching the filters, by id (tracebacks left out)."""
     return _listing(request, EntryError.objects.all(), ERROR_FILTERS, error_dict)
+
+
+@endpoint(GET=VIEW_OUTCOMES_PERMISSION)
+def outcome_list(request: HttpRequest) -> HttpResponseBase:
+    """List the records of runs that ended, matching the filters, by id."""
+    return _listing(request, RunOutcome.objects.all(), OUTCOME_FILTERS, outcome_dict)
 
 
 @endpoint(GET=None)

@@ -1,5 +1,5 @@
-"""Pruning: delete old error records, long-stopped workers, old results, metrics and audit
-records, unique keys whose window has passed and finished batches, in bounded batches."""
+"""Pruning: delete old error records, long-stopped workers, outcome records, metrics and
+audit records, unique keys whose window has passed and finished batches, in bounded batches."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from django_iq.models import (
     JobMinute,
     OperatorAction,
     QueueMinute,
-    Result,
+    RunOutcome,
     UniqueKey,
     Worker,
 )
@@ -38,7 +38,7 @@ class PrunePass:
 
     errors: int = 0
     workers: int = 0
-    results: int = 0
+    outcomes: int = 0
     metrics: int = 0
     job_metrics: int = 0
     audit: int = 0
@@ -50,12 +50,13 @@ class PrunePass:
 
 class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
-    than ``WORKER_RETENTION_SECONDS``, task results finished longer than
-    ``RESULT_RETENTION_SECONDS``, throughput rows (per queue and per job) past ``METRICS_RETENTION_SECONDS``,
+    than ``WORKER_RETENTION_SECONDS``, outcome records (Django Tasks results among them) of
+    runs finished longer than ``OUTCOME_RETENTION_SECONDS``, throughput rows (per queue and per
+    job) past ``METRICS_RETENTION_SECONDS``,
     operators' audit records past ``AUDIT_RETENTION_SECONDS``, rate-limited starts older than
     the longest rate limit period (a day), the rows of unique keys whose window
     (``unique_for``) has passed (an expired row holds nothing), and batches whose callback
-    ended longer than ``RESULT_RETENTION_SECONDS`` ago."""
+    ended longer than ``OUTCOME_RETENTION_SECONDS`` ago."""
 
     name = "pruning"
 
@@ -67,7 +68,7 @@ class PruningDuty:
         batch = iq_settings.PRUNE_BATCH_SIZE
         errors_before = now - timedelta(seconds=iq_settings.ERROR_RETENTION_SECONDS)
         minute_before = now - timedelta(seconds=iq_settings.METRICS_RETENTION_SECONDS)
-        finished_before = now - timedelta(seconds=iq_settings.RESULT_RETENTION_SECONDS)
+        ran_before = now - timedelta(seconds=iq_settings.OUTCOME_RETENTION_SECONDS)
         acted_before = now - timedelta(seconds=iq_settings.AUDIT_RETENTION_SECONDS)
         # A rate limit's window is at most a day; claims delete their job's older starts, and
         # this the starts of jobs that stopped running.
@@ -77,11 +78,11 @@ class PruningDuty:
             "workers": lambda: Worker.objects.prune(iq_settings.WORKER_RETENTION_SECONDS, batch),
             "metrics": lambda: QueueMinute.objects.prune(minute_before, batch),
             "job_metrics": lambda: JobMinute.objects.prune(minute_before, batch),
-            "results": lambda: Result.objects.prune(finished_before, batch),
+            "outcomes": lambda: RunOutcome.objects.prune(ran_before, batch),
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
             "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),
             "unique_keys": lambda: UniqueKey.objects.prune(now, batch),
-            "batches": lambda: Batch.objects.prune(finished_before, batch),
+            "batches": lambda: Batch.objects.prune(ran_before, batch),
         }
         result = PrunePass()
         for table, prune in tables.items():
@@ -94,12 +95,12 @@ class PruningDuty:
                 result.skipped[table] = f"{type(exc).__name__}: {exc}"[:500]
                 continue
             setattr(result, table, deleted)
-        if result.errors or result.workers or result.results:
+        if result.errors or result.workers or result.outcomes:
             logger.info(
-                "pruned errors=%s workers=%s results=%s",
+                "pruned errors=%s workers=%s outcomes=%s",
                 result.errors,
                 result.workers,
-                result.results,
+                result.outcomes,
             )
         return result
 

@@ -20,12 +20,12 @@ from django.db import router
 
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
-from django_iq.models import Entry, GroupLock, Result, Worker
+from django_iq.models import Entry, GroupLock, RunOutcome, Worker
 from django_iq.queries import dead_rows, vacuum
 
 logger = logging.getLogger("django_iq.vacuum")
 
-HOT_MODELS = (Entry, GroupLock, Worker, Result)
+HOT_MODELS = (Entry, GroupLock, Worker, RunOutcome)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from django_iq.managers.locks import GroupLockManager
 from django_iq.managers.metrics import QueueMinuteManager, QueueTally, QueueTotalManager
 from django_iq.managers.outcomes import Failure, Success
 from django_iq.managers.queues import QueueManager, QueueStats
-from django_iq.managers.results import ResultManager
+from django_iq.managers.records import RunOutcomeManager
 from django_iq.managers.uniquekeys import UniqueKeyManager
 from django_iq.managers.workers import WorkerManager
 
@@ -42,7 +42,7 @@ __all__ = [
     "QueueStats",
     "QueueTally",
     "QueueTotalManager",
-    "ResultManager",
+    "RunOutcomeManager",
     "Success",
     "UniqueKeyManager",
     "WorkerManager",

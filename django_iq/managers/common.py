@@ -66,3 +66,16 @@ def lock_in_order(rows: models.QuerySet[Any], ids: Iterable[int] | None = None) 
     if ids is not None:
         rows = rows.filter(pk__in=sorted(set(ids)))
     return list(rows.order_by("pk").select_for_update().values_list("pk", flat=True))
+
+
+def delete_first(rows: models.QuerySet[Any], order: str, batch_size: int) -> int:
+    """Delete the first ``batch_size`` of ``rows`` in ``order`` (a field): one pruning batch,
+    its ids read first so that no database needs DELETE ... LIMIT. Return the rows deleted."""
+    ids = list(rows.order_by(order).values_list("pk", flat=True)[:batch_size])
+    return rows.model._default_manager.using(rows.db).filter(pk__in=ids).delete()[0] if ids else 0
+
+
+def stored_json(value: Any) -> Any:
+    """The value as the entry stored it; a JSON ``null`` (a row written by hand) stays JSON
+    ``null``, where Django would write SQL NULL, which the column refuses."""
+    return models.Value(None, models.JSONField()) if value is None else value

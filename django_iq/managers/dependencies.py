@@ -146,6 +146,7 @@ class EntryDependencyManager(models.Manager["EntryDependency"]):
                     message=f"Parent entry {parent} {failure}; this entry waited for it "
                     "(using(after=...)) and does not run on a parent's failure.",
                     final=True,
+                    ran=False,
                 ),
                 now=now,
                 using=using,

@@ -24,6 +24,7 @@ from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_
 from django_iq.managers.compaction import EntryCompactionManager
 from django_iq.managers.dependencies import PARENT_FAILED
 from django_iq.managers.outcomes import Failure
+from django_iq.managers.records import keeps_outcomes
 from django_iq.options import JobCatalog, JobLimits, JobOptions
 from django_iq.queries import (
     COPY_ENQUEUE_MIN_ROWS,
@@ -40,7 +41,7 @@ from django_iq.serialization import call_pair, validate_arguments
 from django_iq.states import WAITING, EntryState, lock_key_for
 
 if TYPE_CHECKING:
-    from django_iq.models import Entry, Result, Worker
+    from django_iq.models import Entry, Worker
 
 
 # A unique entry whose key is freed and taken again between our tries is tried this often.
@@ -214,14 +215,14 @@ class EntryManager(EntryCompactionManager):
         options: JobOptions,
         *,
         jobs: JobCatalog | None = None,
-        results: Sequence[Result] = (),
+        result_ids: Sequence[str] = (),
         group_keys: Sequence[str | None] = (),
     ) -> list[Entry]:
         """Validate every call first, then insert them in batches of 1,000, in one transaction.
 
         The queue must exist or be declared (in settings, or by one of ``jobs``: the registry
-        passes itself). ``results`` are unsaved ``Result`` rows, one per call, written with the
-        entries (Django Tasks backend). ``group_keys``, one per call, are the group keys taken
+        passes itself). ``result_ids``, one per call, are the entries' Django Tasks result ids
+        (the Tasks backend). ``group_keys``, one per call, are the group keys taken
         from the calls (``@job(group_by=...)``), in place of the options' one.
 
         On PostgreSQL a batch is one statement (see ``queries.enqueue_in_one_statement``): a
@@ -240,8 +241,8 @@ class EntryManager(EntryCompactionManager):
             self._build(job_name, args, kwargs, options, now, run_at, key)
             for (args, kwargs), key in zip(validated, keys, strict=True)
         ]
-        for entry, result in zip(entries, results, strict=False):
-            entry.result_id = result.pk
+        for entry, result_id in zip(entries, result_ids, strict=False):
+            entry.result_id = result_id
         if not entries:
             return []
         batch = self._batch_of(db, entries)
@@ -263,14 +264,12 @@ class EntryManager(EntryCompactionManager):
             return entries
         with reachable(db, "nothing was enqueued"), self._batch_transaction(db, batch):
             if options.after is not None:
-                self._insert_after(db, job_name, options, entries, results, jobs, join)
+                self._insert_after(db, job_name, options, entries, jobs, join)
             else:
                 if supports_single_statement_enqueue(db):
-                    self._insert_in_statements(
-                        db, job_name, options.queue_name, entries, results, jobs
-                    )
+                    self._insert_in_statements(db, job_name, options.queue_name, entries, jobs)
                 else:
-                    self._insert_with_orm(db, job_name, options.queue_name, entries, results, jobs)
+                    self._insert_with_orm(db, job_name, options.queue_name, entries, jobs)
                 if join is not None:
                     join(entries)
         for entry in entries:
@@ -314,7 +313,7 @@ class EntryManager(EntryCompactionManager):
             job_name, args, checked, options, now, resolve_run_at(options.run_at, now)
         )
         entry.state, entry.blockers = EntryState.BLOCKED, 1
-        self._insert_with_orm(db, job_name, options.queue_name, [entry], (), jobs)
+        self._insert_with_orm(db, job_name, options.queue_name, [entry], jobs)
         signals.send(signals.entry_enqueued, self.model, entry=entry)
         return entry
 
@@ -324,16 +323,13 @@ class EntryManager(EntryCompactionManager):
         job_name: str,
         queue: str,
         entries: list[Entry],
-        results: Sequence[Result],
         jobs: JobCatalog | None,
     ) -> None:
         size = ENQUEUE_BATCH_SIZE
 
         def insert(start: int) -> bool:
             batch = entries[start : start + size]
-            rows = enqueue_in_one_statement(
-                db, queue, job_name, batch, results=results[start : start + size]
-            )
+            rows = enqueue_in_one_statement(db, queue, job_name, batch)
             return took(batch, rows)
 
         def took(batch: list[Entry], rows: list[tuple[int, str]] | None) -> bool:
@@ -347,7 +343,7 @@ class EntryManager(EntryCompactionManager):
         def insert_all() -> bool:
             if len(entries) <= size:
                 return insert(0)
-            if len(entries) >= COPY_ENQUEUE_MIN_ROWS and not results:
+            if len(entries) >= COPY_ENQUEUE_MIN_ROWS:
                 with transaction.atomic(using=db):
                     return took(entries, enqueue_by_copy(db, queue, job_name, entries))
             with transaction.atomic(using=db):
@@ -476,7 +472,6 @@ class EntryManager(EntryCompactionManager):
         job_name: str,
         options: JobOptions,
         entries: list[Entry],
-        results: Sequence[Result],
         jobs: JobCatalog | None,
         join: Callable[[list[Entry]], None] | None = None,
     ) -> None:
@@ -487,7 +482,7 @@ class EntryManager(EntryCompactionManager):
         run_anyway = options.on_parent_failure == "run"
 
         def insert() -> None:
-            self._insert_with_orm(db, job_name, options.queue_name, entries, results, jobs)
+            self._insert_with_orm(db, job_name, options.queue_name, entries, jobs)
             if join is not None:
                 join(entries)
 
@@ -502,6 +497,7 @@ class EntryManager(EntryCompactionManager):
                     message=f"Parent entry {failed[0]} had failed for good before this entry "
                     "was enqueued with using(after=...).",
                     final=True,
+                    ran=False,
                 )
                 for entry in entries:
                     self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
@@ -515,17 +511,13 @@ class EntryManager(EntryCompactionManager):
         job_name: str,
         queue: str,
         entries: list[Entry],
-        results: Sequence[Result],
         jobs: JobCatalog | None,
     ) -> None:
         iq.Queue.objects.db_manager(db).ensure(queue, jobs)
         if iq.DisabledJob.objects.using(db).filter(job_name=job_name).exists():
             for entry in entries:
                 entry.state = EntryState.DISABLED
-        with transaction.atomic(using=db):
-            if results:
-                iq.Result.objects.using(db).bulk_create(results, batch_size=ENQUEUE_BATCH_SIZE)
-            self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
+        self._on(db).bulk_create(entries, batch_size=ENQUEUE_BATCH_SIZE)
 
     # -- claim -------------------------------------------------------------------------------
 
@@ -673,24 +665,27 @@ class EntryManager(EntryCompactionManager):
 
         return atomic_retrying(db, write, "run_now")
 
-    def cancel(self, ids: Iterable[int]) -> tuple[int, int]:
+    def cancel(self, ids: Iterable[int], jobs: JobCatalog | None = None) -> tuple[int, int]:
         """Delete the given entries unless a worker is running them.
 
         Return ``(cancelled, skipped)``: entries whose group lock is held are refused, since a
         worker is computing them. Who cancelled is the caller's to record (the admin and the API
         write Django's admin log).
         """
-        cancelled, refused = self.cancel_returning(ids)
+        cancelled, refused = self.cancel_returning(ids, jobs)
         return len(cancelled), len(refused)
 
-    def cancel_returning(self, ids: Iterable[int]) -> tuple[list[Entry], list[int]]:
+    def cancel_returning(
+        self, ids: Iterable[int], jobs: JobCatalog | None = None
+    ) -> tuple[list[Entry], list[int]]:
         """Cancel as ``cancel`` does; return the entries deleted and the ids refused as running.
 
         For callers that record what they cancelled (the API writes an admin log entry per
         entry). The rows are locked first and the group locks read after, in a statement of its
         own: a claim committed meanwhile is seen and its entries are refused, and no worker can
         claim a locked row before the delete (SQLite serializes writers instead). Ids that match
-        no entry are in neither list.
+        no entry are in neither list. Each cancelled entry leaves a ``cancelled`` outcome record
+        (unless its job keeps none, as ``jobs`` tells).
         """
         db = router.db_for_write(self.model)
         wanted = sorted(set(ids))
@@ -709,9 +704,10 @@ class EntryManager(EntryCompactionManager):
                 iq.EntryDependency.objects.parents_ended(
                     db, [entry.pk for entry in cancelled], failure="was cancelled"
                 )
-                result_ids = [e.result_id for e in cancelled if e.result_id is not None]
-                if result_ids:
-                    iq.Result.objects.db_manager(db).record_cancelled(result_ids, timezone.now())
+                now = timezone.now()
+                iq.RunOutcome.objects.db_manager(db).record_cancelled(
+                    [e for e in cancelled if keeps_outcomes(e, jobs)], now
+                )
             return cancelled, [entry.pk for entry in rows if entry.lock_key in held]
 
         return atomic_retrying(db, write, "cancel")

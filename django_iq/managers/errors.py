@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import models, router
 from django.utils import timezone
@@ -12,7 +12,7 @@ from django.utils import timezone
 from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.limits import cut_message
-from django_iq.managers.common import atomic_retrying
+from django_iq.managers.common import atomic_retrying, delete_first, stored_json
 from django_iq.queries import notify_ready
 from django_iq.states import EntryState, lock_key_for
 
@@ -21,12 +21,6 @@ if TYPE_CHECKING:
         Entry,
         EntryError,
     )
-
-
-def _stored_json(value: Any) -> Any:
-    """The value as the entry stored it; a JSON ``null`` (a row written by hand) stays JSON
-    ``null``, where Django would write SQL NULL, which the column refuses."""
-    return models.Value(None, models.JSONField()) if value is None else value
 
 
 class EntryErrorQuerySet(models.QuerySet["EntryError"]):
@@ -59,8 +53,8 @@ class EntryErrorManager(models.Manager["EntryError"]):
             entry_id=entry.pk,
             queue_id=entry.queue_id,
             job_name=entry.job_name,
-            args=_stored_json(entry.args),
-            kwargs=_stored_json(entry.kwargs),
+            args=stored_json(entry.args),
+            kwargs=stored_json(entry.kwargs),
             priority=entry.priority,
             group_key=entry.group_key,
             max_attempts=entry.max_attempts,
@@ -79,12 +73,7 @@ class EntryErrorManager(models.Manager["EntryError"]):
 
     def prune(self, older_than: datetime, batch_size: int) -> int:
         """Delete up to ``batch_size`` error records that failed before ``older_than``."""
-        ids = list(
-            self.filter(failed_at__lt=older_than)
-            .order_by("failed_at")
-            .values_list("pk", flat=True)[:batch_size]
-        )
-        return self.filter(pk__in=ids).delete()[0] if ids else 0
+        return delete_first(self.filter(failed_at__lt=older_than), "failed_at", batch_size)
 
     def requeue_matching(
         self,

@@ -81,6 +81,8 @@ class GroupLockManager(models.Manager["GroupLock"]):
                 message=reason,
                 worker_name=lock.worker.name if lock.worker is not None else "",
                 priority_decay=decay_step,
+                # The run started at the latest when its claim took the lock.
+                started_at=lock.locked_at,
             )
             db = router.db_for_write(self.model)
             error = iq.Entry.objects.end_attempt(entry, failure, now=now, using=db, jobs=jobs)

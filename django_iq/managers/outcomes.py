@@ -16,16 +16,17 @@ from django_iq.appmodels import iq
 from django_iq.exceptions import SnoozeLimitReached
 from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
+from django_iq.managers.records import keeps_outcomes, return_json, started_at
 from django_iq.options import JobCatalog
 from django_iq.queries import (
-    ResultDone,
+    OutcomeDone,
     complete_in_one_statement,
     supports_single_statement_complete,
 )
-from django_iq.states import MIN_PRIORITY, EntryState
+from django_iq.states import MIN_PRIORITY, EntryState, OutcomeStatus
 
 if TYPE_CHECKING:
-    from django_iq.models import Entry, EntryError, Result
+    from django_iq.models import Entry, EntryError
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class Failure:
     ``final`` ends the entry whatever attempts it has left. Otherwise the entry waits for
     ``retry_at`` (``initial``), or, with ``retry_at`` None, is ready again at once; it loses
     ``priority_decay`` priority (an entry that keeps killing its worker cannot starve others).
+    ``started_at`` is when the attempt's run started (None if unknown); ``ran`` False: the
+    entry ended without running (its parent failed), which leaves no outcome record.
     """
 
     exception_class: str
@@ -44,6 +47,8 @@ class Failure:
     final: bool = False
     retry_at: datetime | None = None
     priority_decay: int = 0
+    started_at: datetime | None = None
+    ran: bool = True
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,9 @@ class Success:
     lock_id: int | None
     return_value: Any = None
     at: datetime | None = None
-    # A Tasks result's start not written yet, ``(time, worker id)``: written with the success.
-    started: tuple[datetime, str] | None = None
+    # For the outcome record: the worker that ran it and how long the run took.
+    worker_name: str = ""
+    duration_seconds: float | None = None
 
 
 class EntryOutcomeManager(models.Manager["Entry"]):
@@ -85,10 +91,9 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         self,
         done: Sequence[Success],
         jobs: JobCatalog | None = None,
-        written_results: list[Result] | None = None,
     ) -> set[int]:
         """The one way successes are written: delete the finished entries, start the windows
-        of their unique keys (``unique_for``), record their Tasks results and their cron runs
+        of their unique keys (``unique_for``), record their outcomes and their cron runs
         (each cron job gets its next entry), point the locks of group claims that go on away
         from the finished entries, and delete the locks of the claims that ended, in one
         transaction. Return the lock ids that were already gone (recovery released them while
@@ -96,9 +101,6 @@ class EntryOutcomeManager(models.Manager["Entry"]):
 
         Rows are locked in one order, entries, unique keys, then group locks, each by id: a
         claimer holding an entry row waits for us, then finds our lock and skips it.
-
-        ``written_results``, if given, receives the Tasks results as written where the
-        database returns them with the write (PostgreSQL), so nobody reads them again.
         """
         db = router.db_for_write(self.model)
         entry_ids = [success.entry.pk for success in done]
@@ -107,38 +109,30 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             s.entry.cron_job_id for s in done
         )
         if plain and supports_single_statement_complete(db):
-            # Deletes and Tasks results: one statement, one round trip.
+            # Deletes and outcome records: one statement, one round trip.
             now = timezone.now()
-            results = [
-                ResultDone(
-                    str(s.entry.result_id),
-                    s.return_value,
+            keyed = any(s.entry.unique_key for s in done)
+            outcomes = [
+                OutcomeDone(
+                    s.entry.pk,
+                    return_json(s.return_value),
                     s.at or now,
-                    *(s.started or (None, None)),
+                    started_at(s.at or now, s.duration_seconds),
+                    s.duration_seconds,
+                    s.worker_name,
                 )
                 for s in done
-                if s.entry.result_id is not None
+                if keeps_outcomes(s.entry, jobs)
             ]
-            keyed = any(s.entry.unique_key for s in done)
-            found_locks, rows = atomic_retrying(
+            found_locks = atomic_retrying(
                 db,
                 lambda: complete_in_one_statement(
-                    db, entry_ids, lock_ids, results, unique_keys=keyed
+                    db, entry_ids, lock_ids, unique_keys=keyed, outcomes=outcomes
                 ),
                 "complete_many",
                 atomic=False,
             )
-            if written_results is not None:
-                written_results.extend(rows)
             return set(lock_ids) - found_locks
-        if any(s.started for s in done):
-            iq.Result.objects.db_manager(db).record_starts(
-                [
-                    (str(s.entry.result_id), s.started[1], s.started[0])
-                    for s in done
-                    if s.started and s.entry.result_id is not None
-                ]
-            )
 
         def write() -> set[int]:
             now = timezone.now()
@@ -150,13 +144,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                     s.entry.unique_key for s in done if s.entry.pk in deleted
                 )
                 iq.EntryDependency.objects.parents_ended(db, sorted(deleted), now=now)
-            iq.Result.objects.db_manager(db).record_successes(
-                [
-                    (str(s.entry.result_id), s.return_value, s.at or now)
-                    for s in done
-                    if s.entry.result_id is not None
-                ]
-            )
+                self._record_successes(db, [s for s in done if s.entry.pk in deleted], now, jobs)
             crons = [success for success in done if success.entry.cron_job_id is not None]
             for success in sorted(crons, key=lambda s: int(s.entry.cron_job_id or 0)):
                 self._after_cron_run(success.entry, success.at or now, jobs)
@@ -169,6 +157,18 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             return set(lock_ids) - set(found)
 
         return atomic_retrying(db, write, "complete_many")
+
+    def _record_successes(
+        self, db: str, done: Sequence[Success], now: datetime, jobs: JobCatalog | None
+    ) -> None:
+        """The outcome records of successes written (entries deleted), in one INSERT."""
+        iq.RunOutcome.objects.db_manager(db).record_successes(
+            [
+                (s.entry, s.return_value, s.at or now, s.duration_seconds, s.worker_name)
+                for s in done
+                if keeps_outcomes(s.entry, jobs)
+            ]
+        )
 
     def _moved_on(self, db: str, entries: Sequence[Entry]) -> None:
         """The outcomes of entries that are not their claim's last are written: their locks no
@@ -205,9 +205,11 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         worker_name: str = "",
         now: datetime | None = None,
         jobs: JobCatalog | None = None,
+        started_at: datetime | None = None,
     ) -> EntryError:
-        """Record a failed attempt; retry at ``retry_at`` (``initial``) or, if None or attempts
-        are used up, remove the entry and leave a final error record. One transaction."""
+        """Record a failed attempt (its run started at ``started_at``); retry at ``retry_at``
+        (``initial``) or, if None or attempts are used up, remove the entry and leave a final
+        error record. One transaction."""
         now = now or timezone.now()
         db = router.db_for_write(self.model)
         failure = Failure(
@@ -217,6 +219,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             worker_name=worker_name,
             final=retry_at is None,
             retry_at=retry_at,
+            started_at=started_at,
         )
 
         def write() -> EntryError:
@@ -246,10 +249,11 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         worker_name: str = "",
         now: datetime | None = None,
         jobs: JobCatalog | None = None,
+        started_at: datetime | None = None,
     ) -> EntryError | None:
         """Put ``entry`` back to run at ``until`` without counting an attempt or writing an
-        error (the job raised ``Snooze``), and give its group lock up (or, mid-claim, move the
-        lock on). An entry that already snoozed ``max_snoozes`` times ends instead, as a final
+        error (the job raised ``Snooze``), leaving a ``snoozed`` outcome record, and give its
+        group lock up (or, mid-claim, move the lock on). An entry that already snoozed ``max_snoozes`` times ends instead, as a final
         ``SnoozeLimitReached`` failure: return its error record (None for a snooze). One
         transaction."""
         now = now or timezone.now()
@@ -265,6 +269,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                     f"max_snoozes allows ({max_snoozes}); it fails for good.",
                     worker_name=worker_name,
                     final=True,
+                    started_at=started_at,
                 )
                 error = self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
             else:
@@ -273,8 +278,17 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                 # An entry disabled while it ran stays disabled; otherwise it waits for until.
                 rows.exclude(state=EntryState.DISABLED).update(state=EntryState.INITIAL, **snoozed)
                 rows.filter(state=EntryState.DISABLED).update(**snoozed)
-                if entry.result_id is not None:
-                    iq.Result.objects.using(db).filter(pk=entry.result_id).update(status="READY")
+                if keeps_outcomes(entry, jobs):
+                    iq.RunOutcome.objects.db_manager(db).record_failure(
+                        entry,
+                        attempt=entry.attempts + 1,
+                        exception_class="",
+                        traceback="",
+                        worker_name=worker_name,
+                        started=started_at,
+                        now=now,
+                        status=OutcomeStatus.SNOOZED,
+                    )
             self._let_go(db, entry, lock_id)
             return error
 
@@ -290,8 +304,8 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         jobs: JobCatalog | None = None,
     ) -> EntryError:
         """The one way an attempt ends without success, whatever ended it (the job raised, its
-        worker died, ...): count the attempt, write its ``EntryError`` (and the Tasks result's
-        failure), then either remove the entry for good, when ``failure.final`` or its attempts
+        worker died, ...): count the attempt, write its ``EntryError`` and its outcome record
+        (unless the job keeps none, or the entry never ran), then either remove the entry for good, when ``failure.final`` or its attempts
         are used up (a cron entry then gets its successor, a unique key's window starts), or
         keep it for another attempt, its unique key still taken.
 
@@ -300,22 +314,25 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         attempt = entry.attempts + 1
         final = failure.final or attempt >= entry.max_attempts
         traceback = storable_text(cut_traceback(failure.traceback))
+        message = storable_text(cut_message(failure.message))
         error = iq.EntryError.objects.db_manager(using).record(
             entry,
             attempt=attempt,
             exception_class=failure.exception_class,
-            message=storable_text(cut_message(failure.message)),
+            message=message,
             traceback=traceback,
             worker_name=failure.worker_name,
             now=now,
             final=final,
         )
-        if entry.result_id is not None:
-            iq.Result.objects.db_manager(using).record_failure(
-                entry.result_id,
-                exception_class=failure.exception_class[:255],
-                traceback=traceback or failure.message,
-                final=final,
+        if failure.ran and keeps_outcomes(entry, jobs):
+            iq.RunOutcome.objects.db_manager(using).record_failure(
+                entry,
+                attempt=attempt,
+                exception_class=failure.exception_class,
+                traceback=traceback or message,
+                worker_name=failure.worker_name,
+                started=failure.started_at,
                 now=now,
             )
         rows = self._on(using).filter(pk=entry.pk)

@@ -33,7 +33,7 @@ from django_iq.models import (
     LeaderLease,
     OperatorAction,
     Queue,
-    Result,
+    RunOutcome,
     Worker,
 )
 from tests.factories import (
@@ -44,7 +44,7 @@ from tests.factories import (
     GroupLockFactory,
     LeaderLeaseFactory,
     QueueFactory,
-    ResultFactory,
+    RunOutcomeFactory,
     WorkerFactory,
 )
 from tests.testapp.jobs import invalidate
@@ -142,7 +142,7 @@ def make_one_of_each() -> dict[type[Model], Model]:
         Worker: worker,
         GroupLock: GroupLockFactory(entry_for_key=entry, worker=worker),
         DisabledJob: DisabledJobFactory(),
-        Result: ResultFactory(),
+        RunOutcome: RunOutcomeFactory(),
         LeaderLease: LeaderLeaseFactory(),
         OperatorAction: an_operator_action(),
         JobLimit: JobLimit.objects.create(job_name="tests.testapp.jobs.capped", max_concurrency=3),
@@ -158,7 +158,7 @@ ALL_MODELS = [
     Worker,
     GroupLock,
     DisabledJob,
-    Result,
+    RunOutcome,
     LeaderLease,
     OperatorAction,
     JobLimit,
@@ -200,8 +200,7 @@ def test_metric_tables_are_left_to_the_dashboard_and_not_registered() -> None:
 
 
 @pytest.mark.parametrize(
-    "model",
-    [Entry, EntryError, Worker, GroupLock, DisabledJob, Result, LeaderLease, OperatorAction],
+    "model", [model for model in ALL_MODELS if model not in (Queue, CronJob, JobLimit)]
 )
 def test_rows_written_by_processes_cannot_be_added_by_hand(
     client: Client, model: type[Model]
@@ -213,7 +212,7 @@ def test_rows_written_by_processes_cannot_be_added_by_hand(
     assert response.status_code == 403
 
 
-@pytest.mark.parametrize("model", [Entry, EntryError, Worker, GroupLock, Result])
+@pytest.mark.parametrize("model", [Entry, EntryError, Worker, GroupLock, RunOutcome])
 def test_change_pages_of_process_rows_are_read_only(client: Client, model: type[Model]) -> None:
     obj = make_one_of_each()[model]
     login_superuser(client)

@@ -9,7 +9,7 @@ from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
-LISTS = ["entry", "entryerror", "queue", "worker", "cronjob", "grouplock", "result"]
+LISTS = ["entry", "entryerror", "queue", "worker", "cronjob", "grouplock", "runoutcome"]
 
 
 @pytest.mark.parametrize("model", LISTS)

@@ -28,7 +28,7 @@ from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db
 
-PERMISSIONS = ("cancel_entry", "requeue_entryerror", "pause_queue")
+PERMISSIONS = ("cancel_entry", "requeue_entryerror", "pause_queue", "view_runoutcome")
 
 
 def url(name: str, *args: Any) -> str:
@@ -99,6 +99,7 @@ def endpoints() -> list[tuple[str, str, Any]]:
         ("get", url("error-list"), None),
         ("get", url("error", 1), None),
         ("post", url("error-requeue"), {"ids": [1]}),
+        ("get", url("outcome-list"), None),
         ("get", url("queue-list"), None),
         ("get", url("job-stats"), None),
         ("post", url("queue-pause", "default"), {}),

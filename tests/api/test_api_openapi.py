@@ -17,7 +17,7 @@ from django_iq.api.openapi import document
 from django_iq.api.pagination import encode_cursor
 from django_iq.models import JobMinute
 from tests.api.test_api import PERMISSIONS, Api, make_user
-from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
+from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory, RunOutcomeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -159,7 +159,8 @@ def example(parameter: dict[str, Any]) -> str:
 
 
 def test_every_documented_query_parameter_is_accepted(doc: dict[str, Any]) -> None:
-    api = Api(make_user("staff"))
+    # Staff, with the one permission a listing needs (outcome records).
+    api = Api(make_user("staff", perms=("view_runoutcome",)))
     QueueFactory(name="default")
     for path, operations in doc["paths"].items():
         operation = operations.get("get")
@@ -220,6 +221,10 @@ def test_every_answer_matches_its_documented_schema(doc: dict[str, Any]) -> None
     get("/errors/", format="ndjson")
     get("/errors/{error_id}/", f"/errors/{final.pk}/")
     get("/errors/{error_id}/", "/errors/987654/")
+    RunOutcomeFactory(return_value={"sent": True}, args=[1], started_at=final.failed_at)
+    RunOutcomeFactory(status="failed", exception_class="shop.Timeout", traceback="...")
+    get("/outcomes/")
+    get("/outcomes/", format="ndjson")
     get("/queues/")
     JobMinute.objects.create(job_name="shop.jobs.invoice", minute=timezone.now(), bucket=9, runs=3)
     get("/jobs/stats/")

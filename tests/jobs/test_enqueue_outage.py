@@ -13,7 +13,7 @@ from django.db import OperationalError, connection, connections, transaction
 
 from django_iq import enqueue_many
 from django_iq.exceptions import DatabaseUnavailable
-from django_iq.models import Entry, Queue, Result
+from django_iq.models import Entry, Queue, RunOutcome
 from tests.testapp import tasks
 from tests.testapp.jobs import record
 
@@ -45,7 +45,11 @@ def database_down() -> Iterator[None]:
 
 
 def nothing_written() -> bool:
-    return not Entry.objects.exists() and not Queue.objects.exists() and not Result.objects.exists()
+    return (
+        not Entry.objects.exists()
+        and not Queue.objects.exists()
+        and not RunOutcome.objects.exists()
+    )
 
 
 ENQUEUES: dict[str, Callable[[], object]] = {

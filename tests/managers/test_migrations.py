@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
 from django_iq.models import Entry, Queue
 from tests.testapp.jobs import record
@@ -137,3 +139,61 @@ def test_the_run_at_migration_moves_unreadable_times_into_range_and_then_refuses
     Entry.objects.all().delete()
     with pytest.raises(IntegrityError):
         insert_by_hand(POISONED_RUN_AT[connection.vendor])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_outcomes_migration_moves_finished_task_results_into_outcome_records() -> None:
+    from django_iq.models import RunOutcome
+
+    at = timezone.now()
+    try:
+        call_command("migrate", "django_iq", "0015", verbosity=0)
+        old = (
+            MigrationExecutor(connection)
+            .loader.project_state(("django_iq", "0015_queue_metrics_merged"))
+            .apps
+        )
+        Result = old.get_model("django_iq", "Result")
+        common = {"task_path": "tests.testapp.tasks.add", "queue_name": "default"}
+        Result.objects.create(
+            id="ok",
+            status="SUCCESSFUL",
+            args=[1, 2],
+            return_value=3,
+            errors=[{"exception_class_path": "builtins.ValueError", "traceback": "tb1"}],
+            worker_ids=["w:1", "w:2"],
+            last_attempted_at=at - timedelta(seconds=1),
+            finished_at=at,
+            **common,
+        )
+        Result.objects.create(
+            id="cancelled",
+            status="FAILED",
+            errors=[
+                {"exception_class_path": "django_iq.exceptions.EntryCancelled", "traceback": "c"}
+            ],
+            finished_at=at,
+            **common,
+        )
+        Result.objects.create(id="waiting", status="READY", **common)
+        call_command("migrate", "django_iq", verbosity=0)
+    finally:
+        call_command("migrate", "django_iq", verbosity=0)
+
+    rows = list(
+        RunOutcome.objects.order_by("result_id", "attempt").values_list(
+            "result_id", "attempt", "status", "worker_name", "return_value", "exception_class"
+        )
+    )
+    assert rows == [
+        ("cancelled", 1, "cancelled", "", None, "django_iq.exceptions.EntryCancelled"),
+        ("ok", 1, "failed", "w:1", None, "builtins.ValueError"),
+        ("ok", 2, "succeeded", "w:2", 3, ""),
+    ]
+    success = RunOutcome.objects.get(result_id="ok", status="succeeded")
+    assert (success.finished_at, success.job_name, success.args) == (
+        at,
+        "tests.testapp.tasks.add",
+        [1, 2],
+    )
+    assert "django_iq_result" not in django_iq_tables()

@@ -12,7 +12,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_iq.backends import IQBackend, IQTask
-from django_iq.models import Entry, EntryError, Result
+from django_iq.models import Entry, EntryError, RunOutcome
 from django_iq.tasks_compat import (
     InvalidTask,
     TaskResultDoesNotExist,
@@ -211,7 +211,7 @@ def test_unknown_result_id_raises_task_result_does_not_exist() -> None:
 def test_non_json_arguments_are_refused_and_nothing_is_written() -> None:
     with pytest.raises(TypeError, match=r"args\[0\]"):
         tasks.add.enqueue(object(), 1)
-    assert not Result.objects.exists() and not Entry.objects.exists()
+    assert not RunOutcome.objects.exists() and not Entry.objects.exists()
 
 
 def test_invalid_tasks_raise_invalid_task() -> None:
@@ -221,7 +221,7 @@ def test_invalid_tasks_raise_invalid_task() -> None:
         tasks.add.using(max_attempts=0)
     with pytest.raises(InvalidTask, match="does not exist"):
         tasks.add.using(queue_name="nowhere").enqueue(1, 2)
-    assert not Result.objects.exists()
+    assert not Entry.objects.exists()
 
 
 @override_settings(

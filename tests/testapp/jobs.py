@@ -321,3 +321,17 @@ def sleeps(seconds: float, fail: bool = False) -> None:
 def sleeps_too(seconds: float, fail: bool = False) -> None:
     """Like ``sleeps``, under another job name."""
     _sleep_then(seconds, fail)
+
+
+@job(keep_outcomes=False)
+def unrecorded(token: str) -> str:
+    """A job whose runs leave no outcome record."""
+    JobRun.objects.create(token=token)
+    return token
+
+
+@job
+def returns(value: object, nan: bool = False) -> object:
+    """Returns what it was given (or, ``nan``, a float JSON cannot store), for the outcome
+    record's return value."""
+    return float("nan") if nan else value

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 from typing import Any
 from unittest import mock
@@ -13,12 +12,12 @@ from django.db import OperationalError, connections
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.acks import START_HOLD_SECONDS, Ack, AckWriter
+from django_iq.acks import Ack, AckWriter
 from django_iq.managers import Claim, Success
-from django_iq.models import CronJob, Entry, EntryError, GroupLock, Result, Worker
+from django_iq.models import CronJob, Entry, EntryError, GroupLock, RunOutcome, Worker
 from django_iq.processing import Processor
 from django_iq.worker import WorkerProcess
-from tests.factories import CronJobFactory, EntryFactory, ResultFactory, WorkerFactory
+from tests.factories import CronJobFactory, EntryFactory, WorkerFactory
 from tests.testapp.jobs import always_fails, record
 from tests.testapp.models import JobRun
 
@@ -42,10 +41,9 @@ def test_complete_many_deletes_the_entries_and_locks_and_reports_lost_locks() ->
     assert not GroupLock.objects.exists()
 
 
-def test_complete_many_records_results_cron_runs_and_group_progress_together() -> None:
-    result = ResultFactory()
+def test_complete_many_records_outcomes_cron_runs_and_group_progress_together() -> None:
     cron_job = CronJobFactory(job_name=record.name)
-    EntryFactory(result_id=result.pk, args=["task"])
+    task_entry = EntryFactory(result_id="r" * 32, args=["task"])
     cron_entry = CronJob.objects.schedule_next(cron_job, timezone.now(), max_attempts=3)
     assert cron_entry is not None
     Entry.objects.filter(pk=cron_entry.pk).update(run_at=timezone.now(), state="pending")
@@ -69,12 +67,14 @@ def test_complete_many_records_results_cron_runs_and_group_progress_together() -
     )
 
     assert lost == set()
-    result.refresh_from_db()
-    assert (result.status, result.return_value, result.finished_at) == (
-        "SUCCESSFUL",
+    outcome = RunOutcome.objects.get(result_id="r" * 32)
+    assert (outcome.entry_id, outcome.status, outcome.return_value, outcome.finished_at) == (
+        task_entry.pk,
+        "succeeded",
         {"sum": 3},
         finished,
     )
+    assert RunOutcome.objects.count() == 3, "one record per success, the group's first too"
     cron_job.refresh_from_db()
     assert cron_job.last_run_at == finished
     (successor,) = Entry.objects.filter(cron_job_id=cron_job.pk)
@@ -108,73 +108,29 @@ def test_the_writer_writes_a_batch_then_settles_each_claim_once() -> None:
     assert not GroupLock.objects.exists()
 
 
-def test_a_short_tasks_start_is_written_with_its_success_in_one_statement() -> None:
-    """A start whose success reaches the writer within START_HOLD_SECONDS is not written on
-    its own: the result gets RUNNING's fields and SUCCESSFUL's in the success's statement."""
-    results = ResultFactory.create_batch(2)
-    for result in results:
-        EntryFactory(result_id=result.pk)
-    claims = claim_all(WorkerFactory())
-    started = timezone.now() - timedelta(seconds=2)
-    writer = AckWriter("host:42")
-    written_alone = mock.patch.object(
-        Result.objects, "record_starts", wraps=Result.objects.record_starts
-    )
-
-    with written_alone as record_starts:
-        writer.start()
-        for claim in claims:
-            writer.record_start(str(claim.entries[0].result_id), started)
-        time.sleep(START_HOLD_SECONDS / 5)  # the tasks' bodies: short, but the writer is awake
-        for claim in claims:
-            writer.put(Ack(claim.entries[0], claim.lock_id, {"n": 1}, timezone.now(), claim=claim))
-        writer.close()
-
-    for result in results:
-        result.refresh_from_db()
-        assert result.status == "SUCCESSFUL" and result.return_value == {"n": 1}
-        assert result.started_at == started and result.last_attempted_at == started
-        assert result.worker_ids == ["host:42"]
-    assert not Entry.objects.exists() and not GroupLock.objects.exists()
-    if connections["default"].vendor == "postgresql":
-        assert not record_starts.called, "on PostgreSQL the start goes in the success's statement"
-
-
-def test_complete_many_writes_a_tasks_start_and_success_in_one_statement(
+def test_complete_many_writes_successes_and_their_records_in_one_statement(
     django_assert_max_num_queries: Any,
 ) -> None:
-    result = ResultFactory()
-    EntryFactory(result_id=result.pk)
-    (claim,) = claim_all(WorkerFactory())
-    started = timezone.now() - timedelta(seconds=3)
-    success = Success(claim.entries[0], claim.lock_id, [1, 2], None, (started, "host:7"))
+    EntryFactory.create_batch(3, job_name=record.name, result_id=None)
+    claims = claim_all(WorkerFactory())
+    finished = timezone.now()
+    done = [
+        Success(c.entries[0], c.lock_id, [i], finished, worker_name="host:7", duration_seconds=2)
+        for i, c in enumerate(claims)
+    ]
 
     expected = 1 if connections["default"].vendor == "postgresql" else 20
     with django_assert_max_num_queries(expected):
-        assert Entry.objects.complete_many([success]) == set()
+        assert Entry.objects.complete_many(done) == set()
 
-    result.refresh_from_db()
-    assert (result.status, result.return_value, result.started_at) == (
-        "SUCCESSFUL",
-        [1, 2],
-        started,
-    )
-    assert result.worker_ids == ["host:7"] and result.finished_at >= started
-
-
-def test_a_failure_does_not_wait_out_the_hold_of_its_start() -> None:
-    result = ResultFactory()
-    writer = AckWriter("host:42")
-    writer.start()
-    begun = timezone.now()
-    start = writer.record_start(result.pk, begun)
-    writer.wait_for([start])
-    waited = (timezone.now() - begun).total_seconds()
-    writer.close()
-
-    result.refresh_from_db()
-    assert result.status == "RUNNING" and result.worker_ids == ["host:42"]
-    assert start.done.is_set() and waited < 5
+    rows = RunOutcome.objects.order_by("entry_id")
+    assert [(row.entry_id, row.return_value) for row in rows] == [
+        (c.entries[0].pk, [i]) for i, c in enumerate(claims)
+    ]
+    for row in rows:
+        assert (row.worker_name, row.duration_seconds, row.attempt) == ("host:7", 2.0, 1)
+        assert row.started_at == finished - timedelta(seconds=2)
+    assert not Entry.objects.exists() and not GroupLock.objects.exists()
 
 
 def test_at_shutdown_the_writer_gives_up_on_an_unreachable_database_and_says_so() -> None:
@@ -205,7 +161,7 @@ def test_at_shutdown_the_writer_gives_up_on_an_unreachable_database_and_says_so(
 
 
 def test_a_success_keeps_the_claim_held_until_it_is_written() -> None:
-    EntryFactory(job_name=record.name, args=["deferred"], result_id=ResultFactory().pk)
+    EntryFactory(job_name=record.name, args=["deferred"])
     (claim,) = claim_all(WorkerFactory())
     settled: list[Claim] = []
     finished = threading.Event()
@@ -220,15 +176,12 @@ def test_a_success_keeps_the_claim_held_until_it_is_written() -> None:
         assert JobRun.objects.filter(token="deferred").exists(), "the job ran"
         assert settled == [] and not finished.is_set(), "not written yet"
         assert GroupLock.objects.filter(pk=claim.lock_id).exists(), "still locked meanwhile"
-        assert Result.objects.get().status != "SUCCESSFUL"
+        assert not RunOutcome.objects.exists()
         writer.start()
         writer.close()
         assert settled == [claim] and finished.is_set()
         assert not Entry.objects.exists() and not GroupLock.objects.exists()
-        assert (Result.objects.get().status, Result.objects.get().return_value) == (
-            "SUCCESSFUL",
-            "deferred",
-        )
+        assert RunOutcome.objects.get().return_value == "deferred"
     finally:
         signals.entry_finished.disconnect(dispatch_uid="t")
 
