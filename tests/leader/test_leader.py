@@ -291,7 +291,7 @@ def test_pruning_removes_only_records_past_their_time_to_live() -> None:
     assert not Worker.objects.filter(pk=long_gone.pk).exists()
 
 
-@settings_with(RESULT_RETENTION_SECONDS=3600)
+@settings_with(OUTCOME_RETENTION_SECONDS=3600)
 def test_pruning_removes_batches_whose_callback_ended_past_their_time_to_live() -> None:
     now = timezone.now()
     old = now - timedelta(hours=2)
