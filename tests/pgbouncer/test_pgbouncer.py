@@ -115,12 +115,13 @@ def test_worker_processes_through_the_pooler_run_each_entry_once(
             "print(time.time())\n",
         )
     )
-    late = wait_until(
-        lambda: RecordedRun.objects.filter(token="late").first(), timeout=60, message="late"
+    wait_until(
+        lambda: RecordedRun.objects.filter(token="late").exists(), timeout=60, message="late"
     )
     output = stop(*workers)
 
-    assert late.started_at - enqueued_at < 10, "started long before the 30 s poll"  # type: ignore[attr-defined]
+    late = RecordedRun.objects.get(token="late")
+    assert late.started_at - enqueued_at < 10, "started long before the 30 s poll"
     runs = list(RecordedRun.objects.values_list("token", "pid", "finished_at"))
     assert len(runs) == count + 1, "each entry ran exactly once"
     assert {token for token, _, _ in runs} == {f"job-{i}" for i in range(count)} | {"late"}
@@ -161,7 +162,7 @@ def test_leaders_through_the_pooler_elect_one_fail_over_and_leave_no_session_set
         message="the standby to lead",
     )
     assert pid_of(lease_holder()) == standby.pid
-    assert LeaderLease.objects.current().epoch == 2  # type: ignore[union-attr]
+    assert LeaderLease.objects.get().epoch == 2
     time.sleep(1.0)  # the new leader runs its duties' fenced transactions meanwhile
     output = stop(standby)
     assert "leadership released" in output and "Traceback" not in output
