@@ -117,7 +117,30 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     errors.extend(_check_queues(merged["QUEUES"]))
+    errors.extend(_check_listen_database(merged["LISTEN_DATABASE"]))
     return errors
+
+
+def _check_listen_database(alias: str | None) -> list[CheckMessage]:
+    if alias is None:
+        return []
+    engine = settings.DATABASES.get(alias, {}).get("ENGINE", "")
+    if alias in settings.DATABASES and "postgresql" in engine:
+        return []
+    return [
+        Error(
+            f"DJANGO_IQ['LISTEN_DATABASE'] is {alias!r}, "
+            + (
+                f"an alias of {engine!r}, not PostgreSQL."
+                if alias in settings.DATABASES
+                else "which is not an alias in DATABASES."
+            ),
+            hint="Name a DATABASES alias that connects to the same PostgreSQL database as "
+            "django_iq's entries, directly (not through a pooler in transaction mode), or "
+            "remove the key.",
+            id="django_iq.E019",
+        )
+    ]
 
 
 def _check_queues(queues: dict[str, Any]) -> list[CheckMessage]:

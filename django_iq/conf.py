@@ -55,6 +55,9 @@ SETTINGS: dict[str, Setting] = {
     # PostgreSQL: enqueues send NOTIFY and idle workers LISTEN, so a new entry starts within
     # milliseconds; polling every POLL_INTERVAL_SECONDS stays as the fallback.
     "LISTEN_NOTIFY": Setting(True, (bool,)),
+    # The DATABASES alias workers LISTEN on; None: the entries' write database. Behind a pooler
+    # in transaction mode (PgBouncer), an alias connecting to PostgreSQL directly.
+    "LISTEN_DATABASE": Setting(None, (str, type(None))),
     "PROMOTE_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600),
     "HEARTBEAT_INTERVAL_SECONDS": Setting(5.0, (int, float), 0.1, 3600, env=True),
     "SHUTDOWN_GRACE_SECONDS": Setting(30.0, (int, float), 0, 86_400, env=True),

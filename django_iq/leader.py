@@ -20,7 +20,7 @@ from django_iq.duties import Duty, default_duties
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import LeaderLease, Worker
 from django_iq.process import EXIT_OK, IQProcess, host_name
-from django_iq.queries import limit_idle_transactions, limit_lock_waits
+from django_iq.queries import bound_transaction
 from django_iq.registry import autodiscover
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,6 @@ class Leader(IQProcess):
         self.epoch: int | None = None
         self._last_run: dict[str, float] = {}
         self._last_heartbeat = 0.0
-        self._configured_connection: Any = None
 
     @property
     def is_leader(self) -> bool:
@@ -70,10 +69,26 @@ class Leader(IQProcess):
         """A transaction that commits only if this process still holds the lease."""
         if self.epoch is None:
             raise LeadershipLost(f"{self.name} is not the leader.")
-        with transaction.atomic(using=router.db_for_write(LeaderLease)):
+        with self._bounded():
             if not LeaderLease.objects.renew(self.name, self.epoch, self.lease_seconds):
                 self._lose("lease expired or taken over")
                 raise LeadershipLost(f"{self.name} lost the lease (epoch {self.epoch}).")
+            yield
+
+    @contextmanager
+    def _bounded(self) -> Iterator[None]:
+        """A transaction the server ends if this process leaves it idle for a lease (a paused
+        leader would otherwise hold the lease row locked and block its successor), in which a
+        statement waits at most a third of a lease for a row lock (declaring a worker dead
+        waits for its heartbeat; the row is tried again on the next pass).
+
+        The bounds are set in each transaction, not once per connection: through a pooler in
+        transaction mode, a session setting would not follow this process to its next
+        transaction and would reach other clients' transactions instead.
+        """
+        alias = router.db_for_write(LeaderLease)
+        with transaction.atomic(using=alias):
+            bound_transaction(alias, self.lease_seconds, self.lease_seconds / 3)
             yield
 
     def _lose(self, why: str) -> None:
@@ -81,32 +96,24 @@ class Leader(IQProcess):
             logger.warning("leadership lost name=%s epoch=%s: %s", self.name, self.epoch, why)
         self.epoch = None
 
-    def _configure_session(self) -> None:
-        """On a new connection, have the server end transactions this process leaves idle (a
-        paused leader would otherwise hold the lease row locked and block its successor) and
-        bound how long a statement waits for a row lock."""
-        alias = router.db_for_write(LeaderLease)
-        raw = connections[alias].connection
-        if raw is None or raw is not self._configured_connection:
-            connections[alias].ensure_connection()
-            limit_idle_transactions(alias, self.lease_seconds)
-            # A duty waiting for a row (declaring a worker dead waits for its heartbeat) gives
-            # up well within the lease, and the row is tried again on the next pass.
-            limit_lock_waits(alias, self.lease_seconds / 3)
-            self._configured_connection = connections[alias].connection
-
     def run_once(self, now: datetime | None = None) -> LeaderPass:
         """Heartbeat, take or renew the lease, then run each duty whose interval has passed."""
         refresh_connections()
-        self._configure_session()
         now = now or timezone.now()
         self._heartbeat()
+        # Taking or renewing the lease locks its row: in a bounded transaction, and the outcome
+        # is believed only once that transaction has committed.
+        with self._bounded():
+            if self.epoch is None:
+                taken = LeaderLease.objects.acquire(self.name, self.lease_seconds)
+            else:
+                renewed = LeaderLease.objects.renew(self.name, self.epoch, self.lease_seconds)
         if self.epoch is None:
-            self.epoch = LeaderLease.objects.acquire(self.name, self.lease_seconds)
-            if self.epoch is not None:
-                logger.info("leader elected name=%s epoch=%s", self.name, self.epoch)
+            self.epoch = taken
+            if taken is not None:
+                logger.info("leader elected name=%s epoch=%s", self.name, taken)
                 self._last_run.clear()
-        elif not LeaderLease.objects.renew(self.name, self.epoch, self.lease_seconds):
+        elif not renewed:
             self._lose("could not renew")
         result = LeaderPass(self.is_leader)
         if self.epoch is None:

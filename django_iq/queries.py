@@ -356,42 +356,40 @@ def upsert_add(using: str, model: Any, keys: Sequence[str], rows: Sequence[dict[
         cursor.execute(sql, params)
 
 
-# End a transaction left idle (its process paused or hung) after this many seconds, so the row
-# locks it holds (the lease row during a leader's fenced write) do not block everyone else.
-_IDLE_TRANSACTION_TIMEOUT_BY_VENDOR = {
-    "postgresql": "SET idle_in_transaction_session_timeout = {milliseconds}",
-    "mysql": "SET SESSION idle_transaction_timeout = {seconds}",
+# Bound a leader's transaction: the server ends it once left idle (its process paused or hung)
+# for {idle}, so the row locks it holds (the lease row) do not block its successor, and a
+# statement waiting {lock_wait} for a row lock fails instead of stalling a duty past the lease.
+# PostgreSQL: set_config(..., true) lasts until the transaction ends, so it is set in every
+# transaction that needs it, and nothing reaches another client's transaction through a pooler
+# in transaction mode (PgBouncer), which hands a server connection to a new client after every
+# transaction. MariaDB: session variables (it has no transaction-local form); sent again in
+# every transaction, so a connection replaced since the last one is bounded too.
+_TRANSACTION_TIMEOUTS_BY_VENDOR = {
+    "postgresql": (
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, true), "
+        "set_config('lock_timeout', %s, true)"
+    ),
+    "mysql": "SET SESSION idle_transaction_timeout = %s, SESSION innodb_lock_wait_timeout = %s",
 }
 
 
-def limit_idle_transactions(using: str, seconds: float) -> bool:
-    """Have the server end this session's transactions idle for ``seconds``; return False
-    where the database has no such setting (SQLite)."""
-    return _set_session_timeout(using, _IDLE_TRANSACTION_TIMEOUT_BY_VENDOR, seconds)
+def bound_transaction(using: str, idle_seconds: float, lock_wait_seconds: float) -> bool:
+    """In the current transaction on ``using``, have the server end it after ``idle_seconds``
+    idle and fail a statement after ``lock_wait_seconds`` waiting for a row lock; return False
+    where the database has no such settings (SQLite, whose writers wait on the file).
 
-
-# Give up waiting for a row lock after this many seconds (the statement fails), so a row held by
-# a stuck transaction elsewhere cannot stall a leader duty past its lease.
-_LOCK_WAIT_TIMEOUT_BY_VENDOR = {
-    "postgresql": "SET lock_timeout = {milliseconds}",
-    "mysql": "SET SESSION innodb_lock_wait_timeout = {seconds}",
-}
-
-
-def limit_lock_waits(using: str, seconds: float) -> bool:
-    """Have this session's statements fail after waiting ``seconds`` for a row lock; return
-    False where the database has no such setting (SQLite, whose writers wait on the file)."""
-    return _set_session_timeout(using, _LOCK_WAIT_TIMEOUT_BY_VENDOR, seconds)
-
-
-def _set_session_timeout(using: str, templates: dict[str, str], seconds: float) -> bool:
+    Call it inside ``atomic()``: on PostgreSQL the bounds end with the transaction.
+    """
     connection = connections[using]
-    template = templates.get(connection.vendor)
-    if template is None:
+    sql = _TRANSACTION_TIMEOUTS_BY_VENDOR.get(connection.vendor)
+    if sql is None:
         return False
-    sql = template.format(milliseconds=int(seconds * 1000), seconds=max(1, int(seconds)))
+    if connection.vendor == "postgresql":
+        params: list[Any] = [f"{int(idle_seconds * 1000)}ms", f"{int(lock_wait_seconds * 1000)}ms"]
+    else:
+        params = [max(1, int(idle_seconds)), max(1, int(lock_wait_seconds))]
     with connection.cursor() as cursor:
-        cursor.execute(sql)
+        cursor.execute(sql, params)
     return True
 
 

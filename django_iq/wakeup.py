@@ -10,6 +10,13 @@ Notifications are a shortcut, never the guarantee: a notification lost (the list
 connection dropped, the server restarted, a pooler in between) only means the entry waits for
 the next poll (``POLL_INTERVAL_SECONDS``). After each (re)connection the listener wakes the
 schedulers once, for whatever arrived while it was not listening.
+
+The listener connects to ``LISTEN_DATABASE`` (by default the entries' write database). Through
+a pooler in transaction mode (PgBouncer) a ``LISTEN`` stays on whichever server connection ran
+it, and nothing is ever delivered to the listener. So after each connection the listener sends
+itself a probe (an empty payload) through the write database; when none arrives within
+``PROBE_TIMEOUT_SECONDS`` it says so in a warning, naming the setting, and stops listening: the
+worker polls.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import logging
 import select
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -24,7 +32,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from django_iq.conf import iq_settings
 from django_iq.models import Entry
-from django_iq.queries import NOTIFY_CHANNEL
+from django_iq.queries import NOTIFY_CHANNEL, notify_ready
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +40,11 @@ logger = logging.getLogger(__name__)
 LISTEN_TIMEOUT_SECONDS = 1.0
 # Back-off between attempts to connect again: 0.5 s doubling up to this.
 RECONNECT_MAX_SECONDS = 15.0
+# The payload of the probe a listener sends after connecting (no queue has an empty name), and
+# how long it waits for the probe, or any other notification, before it concludes that none
+# reach its connection.
+PROBE_PAYLOAD = ""
+PROBE_TIMEOUT_SECONDS = 10.0
 
 
 class Wakeups:
@@ -60,6 +73,11 @@ def listening_supported(alias: str | None = None) -> bool:
     return bool(iq_settings.LISTEN_NOTIFY) and connections[alias].vendor == "postgresql"
 
 
+def listening_alias() -> str:
+    """The alias workers LISTEN on: ``LISTEN_DATABASE``, else the entries' write database."""
+    return str(iq_settings.LISTEN_DATABASE or router.db_for_write(Entry) or DEFAULT_DB_ALIAS)
+
+
 class Listener:
     """Call ``on_ready(queue)`` when a queue in ``queues`` (every queue when None) gets ready
     work, and ``on_ready(None)`` after each connection (work may have come meanwhile)."""
@@ -74,9 +92,12 @@ class Listener:
         self.queues = frozenset(queues) if queues else None
         self.on_ready = on_ready
         self.stopping = stopping
-        self.alias = alias or router.db_for_write(Entry) or DEFAULT_DB_ALIAS
+        self.alias = alias or listening_alias()
         self.connected = threading.Event()
         self.received = 0
+        # None until a probe (or any notification) arrives: then True. False once none arrived
+        # within PROBE_TIMEOUT_SECONDS of a connection, and the listener has stopped.
+        self.delivers: bool | None = None
 
     def run(self) -> None:
         """Listen until ``stopping`` is set, connecting again after any failure."""
@@ -90,12 +111,10 @@ class Listener:
                 raw.cursor().execute(f"LISTEN {NOTIFY_CHANNEL}")
                 self.connected.set()
                 backoff = 0.5
-                logger.debug("listening channel=%s", NOTIFY_CHANNEL)
+                logger.debug("listening alias=%s channel=%s", self.alias, NOTIFY_CHANNEL)
                 self.on_ready(None)  # anything enqueued while nobody listened
-                for queue in self._notifications(raw):
-                    self.received += 1
-                    if self.queues is None or queue in self.queues:
-                        self.on_ready(queue)
+                if not self._listen(raw):
+                    return
             except Exception as exc:  # a dropped connection: polling covers the gap
                 self.connected.clear()
                 if self.stopping.is_set():
@@ -116,15 +135,53 @@ class Listener:
                 except Exception:  # closing a broken connection may fail too: it is gone
                     logger.debug("closing the listening connection failed", exc_info=True)
 
-    def _notifications(self, raw: Any) -> Iterator[str]:
-        """Yield each notification's payload until ``stopping`` is set; raise if the
-        connection breaks. Works with psycopg 3 and psycopg2."""
+    def _listen(self, raw: Any) -> bool:
+        """Hand each notification on until ``stopping`` is set; return False, having given up
+        listening, if no notification reached ``raw`` within ``PROBE_TIMEOUT_SECONDS``."""
+        probe_sent = time.monotonic()
+        heard = False
+        write_alias = router.db_for_write(Entry) or DEFAULT_DB_ALIAS
+        try:
+            notify_ready(write_alias, [PROBE_PAYLOAD])
+        finally:
+            connections[write_alias].close()  # this thread's only use of it
+        for queue in self._notifications(raw):
+            if queue is None:
+                if heard or time.monotonic() - probe_sent < PROBE_TIMEOUT_SECONDS:
+                    continue
+                self.delivers = False
+                logger.warning(
+                    "notifications do not reach the listening connection alias=%s: a pooler "
+                    "in transaction mode in between? Polling every %ss; set "
+                    "DJANGO_IQ['LISTEN_DATABASE'] to an alias that connects to PostgreSQL "
+                    "directly",
+                    self.alias,
+                    iq_settings.POLL_INTERVAL_SECONDS,
+                )
+                # Through a pooler this most likely reaches the server connection that ran the
+                # LISTEN (the one last used); at worst that connection keeps listening.
+                raw.cursor().execute(f"UNLISTEN {NOTIFY_CHANNEL}")
+                return False
+            if not heard:
+                heard = self.delivers = True
+            if queue == PROBE_PAYLOAD:
+                continue
+            self.received += 1
+            if self.queues is None or queue in self.queues:
+                self.on_ready(queue)
+        return True
+
+    def _notifications(self, raw: Any) -> Iterator[str | None]:
+        """Yield each notification's payload, and None after each wait of
+        ``LISTEN_TIMEOUT_SECONDS``, until ``stopping`` is set; raise if the connection breaks.
+        Works with psycopg 3 and psycopg2."""
         if callable(getattr(raw, "notifies", None)):  # psycopg 3
             while not self.stopping.is_set():
                 for notify in raw.notifies(timeout=LISTEN_TIMEOUT_SECONDS):
                     yield notify.payload
                 if raw.closed or raw.broken:
                     raise ConnectionError("the listening connection closed")
+                yield None
             return
         while not self.stopping.is_set():  # psycopg2
             readable, _, _ = select.select([raw], [], [], LISTEN_TIMEOUT_SECONDS)
@@ -134,3 +191,4 @@ class Listener:
                     yield raw.notifies.pop(0).payload
             if raw.closed:
                 raise ConnectionError("the listening connection closed")
+            yield None

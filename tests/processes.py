@@ -119,3 +119,34 @@ def kill_leftovers() -> None:
         if command.poll() is None:
             command.kill_hard()
         command.log.close()
+
+
+def lease_holder() -> str:
+    """The name of the process holding the leader lease ('' when nobody does)."""
+    from django_iq.models import LeaderLease
+
+    lease = LeaderLease.objects.current()
+    return lease.holder if lease else ""
+
+
+def pid_of(name: str) -> int:
+    """The process id in a leader's or worker's name (``host:pid:role``)."""
+    return int(name.split(":")[1])
+
+
+def elect_one_of_two_leaders(env: dict[str, str] | None = None) -> tuple[Command, Command, str]:
+    """Start two ``runleader`` candidates, one after the other; once both run, return the
+    elected one, the standby and the elected one's name."""
+    from django_iq.models import Worker
+    from tests.conftest import wait_until
+
+    first = start_command("runleader", env=env)
+    wait_until(lease_holder, message="a leader to be elected")
+    second = start_command("runleader", env=env)
+    wait_until(
+        lambda: Worker.objects.filter(role="leader", stopped_at__isnull=True).count() == 2,
+        message="both candidates",
+    )
+    active_name = lease_holder()
+    active, standby = (first, second) if pid_of(active_name) == first.pid else (second, first)
+    return active, standby, active_name

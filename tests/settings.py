@@ -94,6 +94,15 @@ if os.environ.get("DJANGO_IQ_TEST_CRON"):
         }
     }
 
+if os.environ.get("DJANGO_IQ_TEST_POOLED"):
+    # The database is reached through PgBouncer in transaction mode (tests/pgbouncer): Django's
+    # server-side cursors need their session, so they are off (docs/howto/deploy.md).
+    _db["DISABLE_SERVER_SIDE_CURSORS"] = True
+if os.environ.get("DJANGO_IQ_TEST_LISTEN_URL"):
+    # Workers LISTEN on a connection of their own straight to PostgreSQL.
+    DATABASES["listen"] = env.db_url_config(os.environ["DJANGO_IQ_TEST_LISTEN_URL"])
+    DJANGO_IQ["LISTEN_DATABASE"] = "listen"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -9,9 +9,16 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease, Worker
+from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease
 from tests.conftest import wait_until
-from tests.processes import command_env, manage, start_command
+from tests.processes import (
+    command_env,
+    elect_one_of_two_leaders,
+    lease_holder,
+    manage,
+    pid_of,
+    start_command,
+)
 from tests.testapp.jobs import kill_worker, wait_for_file
 from tests.testapp.models import JobRun
 
@@ -21,43 +28,27 @@ LEASE_SECONDS = 2.0  # LEADER_LEASE_SECONDS in tests/settings.py
 CRON_ENV = {"DJANGO_IQ_TEST_CRON": "1"}
 
 
-def holder() -> str:
-    lease = LeaderLease.objects.current()
-    return lease.holder if lease else ""
-
-
-def pid_of(name: str) -> int:
-    return int(name.split(":")[1])
-
-
 def test_two_leaders_one_acts_and_the_standby_takes_over_after_kill_9() -> None:
-    first = start_command("runleader")
-    wait_until(holder, message="a leader to be elected")
-    second = start_command("runleader")
-    wait_until(
-        lambda: Worker.objects.filter(role="leader", stopped_at__isnull=True).count() == 2,
-        message="both",
-    )
-
-    active_name = holder()
-    active, standby = (first, second) if pid_of(active_name) == first.pid else (second, first)
+    active, standby, active_name = elect_one_of_two_leaders()
     assert "leader elected" in active.output() and "leader elected" not in standby.output()
 
     active.kill_hard()
     killed_at = time.monotonic()
     wait_until(
-        lambda: holder() and holder() != active_name, timeout=15, message="the standby to take over"
+        lambda: lease_holder() and lease_holder() != active_name,
+        timeout=15,
+        message="the standby to take over",
     )
     took = time.monotonic() - killed_at
 
-    assert pid_of(holder()) == standby.pid
+    assert pid_of(lease_holder()) == standby.pid
     assert took <= LEASE_SECONDS + 2.0, f"takeover took {took:.1f}s; bound is lease + poll + slack"
     assert LeaderLease.objects.current().epoch == 2
     standby.send_signal(signal.SIGTERM)
     code, output = standby.finish(30)
     assert code == 0, output
     assert "leadership released" in output
-    assert holder() == ""
+    assert lease_holder() == ""
 
 
 @pytest.mark.skipif(
@@ -67,13 +58,15 @@ def test_two_leaders_one_acts_and_the_standby_takes_over_after_kill_9() -> None:
 )
 def test_a_paused_leader_that_comes_back_does_not_act() -> None:
     first = start_command("runleader", env=command_env(**CRON_ENV))
-    wait_until(holder, message="a leader to be elected")
+    wait_until(lease_holder, message="a leader to be elected")
     wait_until(lambda: CronJob.objects.filter(name="tick").exists(), message="cron synced")
-    stale_name = holder()
+    stale_name = lease_holder()
     first.send_signal(signal.SIGSTOP)
     second = start_command("runleader", env=command_env(**CRON_ENV))
     wait_until(
-        lambda: holder() and holder() != stale_name, timeout=15, message="the standby to take over"
+        lambda: lease_holder() and lease_holder() != stale_name,
+        timeout=15,
+        message="the standby to take over",
     )
 
     first.send_signal(signal.SIGCONT)
@@ -83,7 +76,7 @@ def test_a_paused_leader_that_comes_back_does_not_act() -> None:
         message="the stale leader to notice",
     )
 
-    assert pid_of(holder()) == second.pid
+    assert pid_of(lease_holder()) == second.pid
     assert Entry.objects.filter(cron_job__name="tick").count() == 1, (
         "never two entries for one cron job"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.checks import Error, Warning
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
@@ -281,6 +282,44 @@ def test_e010_queue_weight_and_concurrency_must_be_positive_integers(
                 id="django_iq.E010",
             )
         ]
+
+
+E019_HINT = (
+    "Name a DATABASES alias that connects to the same PostgreSQL database as django_iq's "
+    "entries, directly (not through a pooler in transaction mode), or remove the key."
+)
+
+
+def test_e019_listen_database_must_be_an_alias_in_databases() -> None:
+    with iq(LISTEN_DATABASE="direct"):
+        assert check_settings() == [
+            Error(
+                "DJANGO_IQ['LISTEN_DATABASE'] is 'direct', which is not an alias in DATABASES.",
+                hint=E019_HINT,
+                id="django_iq.E019",
+            )
+        ]
+
+
+def test_e019_listen_database_must_be_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
+    # DATABASES itself, not override_settings: Django warns when DATABASES is overridden.
+    monkeypatch.setitem(
+        settings.DATABASES, "direct", {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    )
+    with iq(LISTEN_DATABASE="direct"):
+        assert check_settings() == [
+            Error(
+                "DJANGO_IQ['LISTEN_DATABASE'] is 'direct', an alias of "
+                "'django.db.backends.sqlite3', not PostgreSQL.",
+                hint=E019_HINT,
+                id="django_iq.E019",
+            )
+        ]
+    monkeypatch.setitem(
+        settings.DATABASES, "direct", {"ENGINE": "django.db.backends.postgresql", "NAME": "iq"}
+    )
+    with iq(LISTEN_DATABASE="direct"):
+        assert check_settings() == []
 
 
 def test_e011_an_unsupported_database_vendor(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,6 @@ from django_iq.models import (
     Queue,
     Worker,
 )
-from django_iq.queries import limit_lock_waits
 from django_iq.schedule import next_fire_time, validate_schedule
 from tests.conftest import wait_until
 from tests.factories import EntryErrorFactory, EntryFactory, WorkerFactory
@@ -365,8 +364,8 @@ def test_pruning_skips_and_reports_a_table_it_cannot_prune_and_prunes_the_others
     holder.start()
     try:
         assert holding.wait(10)
-        limit_lock_waits("default", 1)
-        result = Leader(name="pruner", duties=[PruningDuty()], lease_seconds=30).run_once(now)
+        # A lease of 3 s: the leader waits 1 s for a row lock before it gives the table up.
+        result = Leader(name="pruner", duties=[PruningDuty()], lease_seconds=3).run_once(now)
     finally:
         release.set()
         holder.join()
@@ -376,3 +375,36 @@ def test_pruning_skips_and_reports_a_table_it_cannot_prune_and_prunes_the_others
     assert "OperationalError" in pruned.skipped["errors"]
     assert pruned.workers == 1 and not Worker.objects.filter(pk=long_gone.pk).exists()
     assert EntryError.objects.filter(pk=stuck_error.pk).exists()
+
+
+_BOUNDS_BY_VENDOR = {
+    "postgresql": "SELECT current_setting('lock_timeout'), "
+    "current_setting('idle_in_transaction_session_timeout')",
+    "mysql": "SELECT @@SESSION.innodb_lock_wait_timeout, @@SESSION.idle_transaction_timeout",
+}
+
+
+def _bounds() -> tuple[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(_BOUNDS_BY_VENDOR[connection.vendor])
+        lock, idle = cursor.fetchone()
+    return str(lock), str(idle)
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no lock or idle timeouts")
+def test_the_fence_bounds_lock_waits_and_idleness_and_on_postgresql_only_its_transaction() -> None:
+    leader = Leader(name="bounded", duties=[], lease_seconds=3)
+    leader.run_once()
+    before = _bounds()
+
+    with leader.fence():
+        inside = _bounds()
+    after = _bounds()
+
+    if connection.vendor == "postgresql":
+        # Transaction-local: nothing is left on the connection for whoever uses it next (a
+        # pooler in transaction mode hands it to another client).
+        assert (before, inside, after) == (("0", "0"), ("1s", "3s"), ("0", "0"))
+    else:
+        # MariaDB's session variables (no transaction-local form), set again in each fence.
+        assert inside == after == ("1", "3")

@@ -4,6 +4,7 @@ falls back to polling and then listens again. Judged by the start times the jobs
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,6 +17,7 @@ from django.utils import timezone
 from django_iq import enqueue_many
 from django_iq.models import DisabledJob, Entry, EntryError, GroupLock
 from django_iq.queries import NOTIFY_CHANNEL
+from django_iq.wakeup import Listener
 from tests.conftest import iq_settings_with, wait_until
 from tests.factories import EntryErrorFactory, EntryFactory, GroupLockFactory, QueueFactory
 from tests.processes import Command, command_env, finish, start_command
@@ -202,3 +204,19 @@ def test_entries_whose_notification_never_came_start_at_the_next_poll() -> None:
         stop(worker)
 
     assert delay < 10, f"polling every 0.5 s, the entry waited {delay}s"
+
+
+def test_a_listener_hears_its_own_probe_and_wakes_no_queue_for_it() -> None:
+    woken: list[str | None] = []
+    stopping = threading.Event()
+    listener = Listener(None, woken.append, stopping)
+    thread = threading.Thread(target=listener.run)
+    thread.start()
+    try:
+        wait_until(lambda: listener.delivers, timeout=15, message="the probe to come back")
+    finally:
+        stopping.set()
+        thread.join(10)
+
+    assert listener.delivers is True and listener.received == 0
+    assert woken == [None], "one wake-up on connecting, none for the probe"
