@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.contrib import admin
 
 from django_iq.models import Entry, EntryError, GroupLock, LeaderLease, Queue
 from tests.conftest import wait_until
@@ -208,19 +209,11 @@ def test_a_killed_workers_entry_is_recovered_and_run_by_another_through_the_pool
     assert "recovered lock=" in output and "Traceback" not in output
 
 
-ADMIN_PAGES = (
-    "entry",
-    "queue",
-    "worker",
-    "entryerror",
-    "grouplock",
-    "cronjob",
-    "leaderlease",
-    "result",
-    "joblimit",
-    "disabledjob",
-    "operatoraction",
-)
+def admin_pages() -> list[str]:
+    """Every django_iq model's changelist the admin has."""
+    return sorted(
+        m._meta.model_name for m in admin.site._registry if m._meta.app_label == "django_iq"
+    )
 
 
 def test_the_admin_through_the_pooler_lists_and_pauses_a_queue(pooler: Pooler) -> None:
@@ -228,6 +221,8 @@ def test_the_admin_through_the_pooler_lists_and_pauses_a_queue(pooler: Pooler) -
         recorded.enqueue(f"listed-{i}")
     EntryErrorFactory()
     reports = QueueFactory(name="reports")
+    pages = admin_pages()
+    assert {"entry", "queue", "runoutcome", "batch"} <= set(pages)
 
     output = shell(
         pooler,
@@ -236,7 +231,7 @@ def test_the_admin_through_the_pooler_lists_and_pauses_a_queue(pooler: Pooler) -
         "from django.urls import reverse\n"
         "client = Client()\n"
         "client.force_login(User.objects.create_superuser('pooled', 'p@example.com', 'pw'))\n"
-        f"for page in {ADMIN_PAGES!r}:\n"
+        f"for page in {pages!r}:\n"
         "    url = reverse(f'admin:django_iq_{page}_changelist')\n"
         "    print(page, client.get(url).status_code)\n"
         "response = client.post(reverse('admin:django_iq_queue_changelist'), "
@@ -245,5 +240,5 @@ def test_the_admin_through_the_pooler_lists_and_pauses_a_queue(pooler: Pooler) -
     )
 
     statuses = dict(line.split() for line in output.strip().splitlines())
-    assert statuses == {**dict.fromkeys(ADMIN_PAGES, "200"), "action": "302"}
+    assert statuses == {**dict.fromkeys(pages, "200"), "action": "302"}
     assert Queue.objects.get(pk=reports.pk).is_paused
