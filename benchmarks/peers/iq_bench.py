@@ -32,11 +32,11 @@ class IQ:
         import iq_jobs
 
         from django_iq import enqueue_many
-        from django_iq.models import Entry, EntryError, Result
+        from django_iq.models import Entry, EntryError, RunOutcome
 
         self.jobs = iq_jobs
         self.enqueue_many = enqueue_many
-        self.tables = [Entry._meta.db_table, Result._meta.db_table, EntryError._meta.db_table]
+        self.tables = [Entry._meta.db_table, RunOutcome._meta.db_table, EntryError._meta.db_table]
         self.tasks = args.variant == "tasks"
         self.label: str = "django_iq, Tasks backend" if self.tasks else "django_iq"
         self.bulk_api: str | None = None if self.tasks else "enqueue_many()"
