@@ -45,7 +45,7 @@ def run_with_reload(make_worker: Callable[[], WorkerProcess]) -> int:
     """Run the worker ``make_worker()`` builds, starting it afresh on every code change;
     return the exit status of the last worker."""
     if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
-        return _child(make_worker)
+        return _Reload(make_worker()).run()
     return _parent()
 
 
@@ -138,7 +138,3 @@ class _Reload:
         if self.changed is not None:
             return RELOAD_EXIT
         return self.codes[0] if self.codes else EXIT_FAILED_START
-
-
-def _child(make_worker: Callable[[], WorkerProcess]) -> int:
-    return _Reload(make_worker()).run()

@@ -94,7 +94,7 @@ class EntryDependencyManager(models.Manager["EntryDependency"]):
         self.using(using).filter(parent_id__in=parent_ids).delete()
         now = now or timezone.now()
         released = Counter(child for child, _, runs in edges if failure is None or runs)
-        self._release(using, released, now)
+        self.release(using, released, now)
         if failure is None:
             return
         doomed: dict[int, int] = {}
@@ -105,11 +105,8 @@ class EntryDependencyManager(models.Manager["EntryDependency"]):
 
     def release(self, using: str, counts: Counter[int], now: datetime) -> None:
         """In the caller's transaction, take ``counts[child]`` from each child's count of
-        blockers held by something other than an edge (a batch's open block), and release the
-        children left with none, as a parent's end does."""
-        self._release(using, counts, now)
-
-    def _release(self, using: str, counts: Counter[int], now: datetime) -> None:
+        blockers (a parent's end, or a blocker that is no edge: a batch's open block), and
+        release the children left with none."""
         entries = iq.Entry.objects.using(using)
         ready_queues: list[Any] = []
         for child in sorted(counts):  # the children's rows in id order, as every writer
