@@ -1,0 +1,98 @@
+"""Vendor-specific SQL, named and kept in one place, with one dispatch on ``connection.vendor``.
+
+By what it serves: ``claim``, ``enqueue``, ``complete`` and ``maintenance``, over the
+helpers of ``common``. Callers import from ``django_iq.queries``."""
+
+from django_iq.queries.claim import (
+    CLAIM_POSTGRESQL,
+    INSERT_LOCKS_IGNORE,
+    INSERT_LOCKS_ON_CONFLICT,
+    claim_in_one_statement,
+    claim_sql,
+    insert_group_locks,
+    lock_live_worker,
+    supports_single_statement_claim,
+)
+from django_iq.queries.common import (
+    NOTIFY_CHANNEL,
+    columns,
+    db_now_plus,
+)
+from django_iq.queries.complete import (
+    COMPLETE_OUTCOMES_POSTGRESQL,
+    COMPLETE_POSTGRESQL,
+    COMPLETE_WINDOWS_POSTGRESQL,
+    OutcomeDone,
+    complete_in_one_statement,
+    supports_single_statement_complete,
+)
+from django_iq.queries.enqueue import (
+    COPY_ENQUEUE_MIN_ROWS,
+    ENQUEUE_CHECKS_POSTGRESQL,
+    ENQUEUE_MANY_POSTGRESQL,
+    ENQUEUE_ONE_POSTGRESQL,
+    JOIN_BATCH_POSTGRESQL,
+    TAKE_UNIQUE_KEY_ON_CONFLICT,
+    enqueue_by_copy,
+    enqueue_in_one_statement,
+    join_batch,
+    notifications_on,
+    notify_ready,
+    supports_single_statement_enqueue,
+    take_unique_key,
+)
+from django_iq.queries.maintenance import (
+    DEAD_ROWS_POSTGRESQL,
+    ESTIMATED_ROWS_POSTGRESQL,
+    UPSERT_ADD_DUPLICATE_KEY,
+    UPSERT_ADD_ON_CONFLICT,
+    bound_transaction,
+    dead_rows,
+    estimated_row_count,
+    snapshot_reads,
+    upsert_add,
+    vacuum,
+)
+
+__all__ = [
+    "CLAIM_POSTGRESQL",
+    "COMPLETE_OUTCOMES_POSTGRESQL",
+    "COMPLETE_POSTGRESQL",
+    "COMPLETE_WINDOWS_POSTGRESQL",
+    "COPY_ENQUEUE_MIN_ROWS",
+    "DEAD_ROWS_POSTGRESQL",
+    "ENQUEUE_CHECKS_POSTGRESQL",
+    "ENQUEUE_MANY_POSTGRESQL",
+    "ENQUEUE_ONE_POSTGRESQL",
+    "ESTIMATED_ROWS_POSTGRESQL",
+    "INSERT_LOCKS_IGNORE",
+    "INSERT_LOCKS_ON_CONFLICT",
+    "JOIN_BATCH_POSTGRESQL",
+    "NOTIFY_CHANNEL",
+    "TAKE_UNIQUE_KEY_ON_CONFLICT",
+    "UPSERT_ADD_DUPLICATE_KEY",
+    "UPSERT_ADD_ON_CONFLICT",
+    "OutcomeDone",
+    "bound_transaction",
+    "claim_in_one_statement",
+    "claim_sql",
+    "columns",
+    "complete_in_one_statement",
+    "db_now_plus",
+    "dead_rows",
+    "enqueue_by_copy",
+    "enqueue_in_one_statement",
+    "estimated_row_count",
+    "insert_group_locks",
+    "join_batch",
+    "lock_live_worker",
+    "notifications_on",
+    "notify_ready",
+    "snapshot_reads",
+    "supports_single_statement_claim",
+    "supports_single_statement_complete",
+    "supports_single_statement_enqueue",
+    "take_unique_key",
+    "upsert_add",
+    "vacuum",
+]
