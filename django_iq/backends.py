@@ -26,7 +26,7 @@ from django_iq.models import Entry, EntryError, GroupLock, RunOutcome
 from django_iq.registry import (
     Job,
     JobOptions,
-    catalog,
+    RegisteredJobs,
     get_job,
     register,
     registered_jobs,
@@ -48,12 +48,19 @@ from django_iq.tasks_compat import (
     task_finished,
     task_started,
 )
+from django_iq.tasks_options import (
+    BACKEND_OPTIONS,
+    DEFAULT_TASK_MAX_ATTEMPTS,
+    default_max_attempts,
+    option_problems,
+    queue_problem,
+)
 
 # django_iq options a task may carry, beyond the framework's own.
 TASK_OPTIONS = ("max_attempts", "group_key", "backoff_base_seconds", "backoff_max_seconds")
 # Backoff is read from the decorated task by workers, so using() changes only these.
 TASK_USING_OPTIONS = ("max_attempts", "group_key")
-BACKEND_OPTIONS: tuple[str, ...] = ()
+__all__ = ["BACKEND_OPTIONS", "TASK_OPTIONS", "IQBackend", "IQTask"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,12 +85,22 @@ class IQTask(Task):
         return dataclasses.replace(task, **ours) if ours else task
 
 
-def _options(task: Task) -> JobOptions:
+def _options(task: Task, backend: BaseTaskBackend | None = None) -> JobOptions:
+    """The job options of ``task``'s entries; with no ``max_attempts`` of its own, the task
+    gets its backend's (``OPTIONS["max_attempts"]``, else one)."""
+    max_attempts = getattr(task, "max_attempts", None)
+    if max_attempts is None:
+        backend = backend or task.get_backend()
+        max_attempts = (
+            backend.default_max_attempts
+            if isinstance(backend, IQBackend)
+            else DEFAULT_TASK_MAX_ATTEMPTS
+        )
     try:
         return JobOptions(
             queue=task.queue_name,
             priority=task.priority,
-            max_attempts=getattr(task, "max_attempts", None),
+            max_attempts=max_attempts,
             group_key=getattr(task, "group_key", None),
             backoff_base_seconds=getattr(task, "backoff_base_seconds", None),
             backoff_max_seconds=getattr(task, "backoff_max_seconds", None),
@@ -243,6 +260,15 @@ def _ended(result_id: str, backend: str, runs: Sequence[RunOutcome]) -> ResultVi
     return view
 
 
+def _as_stored(task: Task, **stored: Any) -> Task:
+    """A copy of ``task`` with what its entry or records stored, not validated again: a result
+    read back shows what was enqueued, even if the queue is no longer configured."""
+    copy = object.__new__(type(task))
+    for field in dataclasses.fields(task):
+        object.__setattr__(copy, field.name, stored.get(field.name, getattr(task, field.name)))
+    return cast(Task, copy)
+
+
 def _task_job(task: Task) -> TaskJob:
     """Return the registered job of ``task``, registering the task the first time it is seen."""
     existing = registered_jobs().get(task.module_path)
@@ -253,10 +279,26 @@ def _task_job(task: Task) -> TaskJob:
     return job
 
 
+class _TaskCatalog(RegisteredJobs):
+    """The registry, with the queues a backend's ``QUEUES`` lists declared too: a task sent to
+    one of them with ``using(queue_name=...)`` creates its queue on first use."""
+
+    def __init__(self, queues: set[str]) -> None:
+        self.queues = queues
+
+    def declared_queues(self) -> dict[str, dict[str, Any]]:
+        declared = super().declared_queues()
+        for name in self.queues:
+            declared.setdefault(name, {})
+        return declared
+
+
 class IQBackend(BaseTaskBackend):
     """Run Django Tasks on django_iq: ``TASKS = {"default": {"BACKEND":
-    "django_iq.backends.IQBackend"}}``. Queues are django_iq queues; ``QUEUES`` in the
-    backend's settings, when given, limits which of them tasks may use."""
+    "django_iq.backends.IQBackend"}}``. Tasks may use the queues of the backend's ``QUEUES``
+    when given, else those configured in ``DJANGO_IQ`` and the framework's default queue
+    (``django_iq.tasks_options``). ``OPTIONS["max_attempts"]`` (default 1) is how often a task
+    that names no ``max_attempts`` is tried."""
 
     task_class = IQTask
     supports_defer = True
@@ -266,12 +308,25 @@ class IQBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        # No QUEUES key: every django_iq queue may be used, checked at enqueue.
+        # No QUEUES key: the framework's check is off; validate_task checks the configured
+        # queues instead, read when each task is checked (settings may change in tests).
         self.queues = set(params["QUEUES"]) if "QUEUES" in params else set()
+        self.catalog = _TaskCatalog(self.queues)
+
+    @property
+    def default_max_attempts(self) -> int:
+        """How often a task naming no ``max_attempts`` is tried: ``OPTIONS["max_attempts"]``,
+        else 1. Raises ``ImproperlyConfiguredIQ`` for bad ``OPTIONS``."""
+        return default_max_attempts(self.alias, self.options)
 
     def validate_task(self, task: Task) -> None:
+        """Raise ``InvalidTask`` for what the framework refuses, a queue that is not configured
+        (nothing is declared by a task naming it) and invalid django_iq options."""
+        problem = queue_problem(self.alias, task.queue_name, self.queues)
+        if problem is not None:
+            raise InvalidTask(problem)
         super().validate_task(task)
-        _options(task)
+        _options(task, self)
 
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
         """Write the task's entry (its result id on it: one statement on PostgreSQL); return
@@ -286,7 +341,11 @@ class IQBackend(BaseTaskBackend):
         result_id = get_random_string(32)
         try:
             (entry,) = Entry.objects.enqueue_many(
-                job.name, [(args, kwargs)], _options(task), jobs=catalog, result_ids=[result_id]
+                job.name,
+                [(args, kwargs)],
+                _options(task, self),
+                jobs=self.catalog,
+                result_ids=[result_id],
             )
         except IQError as exc:
             if isinstance(exc, TypeError | DatabaseUnavailable):
@@ -347,8 +406,8 @@ class IQBackend(BaseTaskBackend):
             priority,
             view.run_after,
         ):
-            # A copy (validated again) only where the call changed them with ``using()``.
-            task = Task.using(
+            # A copy only where the call changed them with ``using()``.
+            task = _as_stored(
                 task, queue_name=queue_name, priority=priority, run_after=view.run_after
             )
         result: Any = TaskResult(
@@ -379,16 +438,15 @@ class IQBackend(BaseTaskBackend):
                     id="django_iq.E017",
                 )
             )
-        for key in self.options:
-            if key not in BACKEND_OPTIONS:
-                messages.append(
-                    checks.Error(
-                        f"TASKS[{self.alias!r}]['OPTIONS'] has an unknown key {key!r}.",
-                        hint="IQBackend takes no OPTIONS; set queue and retry options per task "
-                        f"({', '.join(TASK_OPTIONS)}) or in DJANGO_IQ.",
-                        id="django_iq.E018",
-                    )
+        for problem in option_problems(self.alias, self.options):
+            messages.append(
+                checks.Error(
+                    problem,
+                    hint=f"IQBackend takes {', '.join(BACKEND_OPTIONS)} in OPTIONS; set other "
+                    f"options per task ({', '.join(TASK_OPTIONS)}) or in DJANGO_IQ.",
+                    id="django_iq.E018",
                 )
+            )
         return messages
 
 

@@ -75,11 +75,13 @@ def _check(value: Any, path: str, depth: int = 0) -> Any:
         return out
     if isinstance(value, (list, tuple)):
         return [_check(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)]
-    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    # The Tasks framework's wording first ("Unsupported type: <class 'datetime.datetime'>"),
+    # so code matching the framework's message matches ours; then which argument it was.
+    label = path if path.startswith("result") else f"job argument {path}"
     raise InvalidJobArguments(
-        f"Job argument {path} is a {kind} ({value!r:.80}), which is not JSON; pass JSON values "
-        "only (str, int, float, bool, None, list, dict), e.g. an id instead of a model instance "
-        "or an ISO string instead of a datetime."
+        f"Unsupported type: {type(value)}: {label} ({value!r:.80}) is not JSON; pass "
+        "JSON values only (str, int, float, bool, None, list, dict), e.g. an id instead of a "
+        "model instance or an ISO string instead of a datetime."
     )
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # type-check against django-stubs' django.tasks
-    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks import (
+        DEFAULT_TASK_QUEUE_NAME,
+        TaskContext,
+        TaskResult,
+        TaskResultStatus,
+        task_backends,
+    )
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -16,7 +22,13 @@ if TYPE_CHECKING:  # type-check against django-stubs' django.tasks
     TASKS_MODULE = "django.tasks"
 else:
     try:
-        from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+        from django.tasks import (
+            DEFAULT_TASK_QUEUE_NAME,
+            TaskContext,
+            TaskResult,
+            TaskResultStatus,
+            task_backends,
+        )
         from django.tasks.backends.base import BaseTaskBackend
         from django.tasks.base import Task, TaskError
         from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -27,6 +39,7 @@ else:
     except ImportError:  # Django < 6.0: the backport
         try:
             from django_tasks import (
+                DEFAULT_TASK_QUEUE_NAME,
                 TaskContext,
                 TaskResult,
                 TaskResultStatus,
@@ -54,6 +67,7 @@ else:
         TASKS_MODULE = "django_tasks"
 
 __all__ = [
+    "DEFAULT_TASK_QUEUE_NAME",
     "TASKS_MODULE",
     "BaseTaskBackend",
     "InvalidTask",

@@ -26,7 +26,7 @@ def greet(name: str) -> dict[str, str]:
     return {"greeting": f"hello {name}"}
 
 
-@task(takes_context=True)
+@task(takes_context=True, max_attempts=3)
 def attempt_number(context, token: str) -> int:
     JobRun.objects.create(token=f"{token}:{context.attempt}")
     if context.attempt < 2:
