@@ -162,8 +162,9 @@ OPERATIONS: tuple[Operation, ...] = (
         "listQueues",
         "Queue statistics",
         {200: ("Every queue by name.", "QueueList")},
-        "Counts per state, stored and inferred, read in one statement so that the invariant "
-        "can be checked, and the oldest entry awaiting compute.",
+        "Counts per state, stored and inferred, read by several queries in one snapshot of the "
+        "database (one read-only transaction) so that the invariant can be checked, and the "
+        "oldest entry awaiting compute.",
     ),
     Operation(
         "/jobs/stats/",
