@@ -594,7 +594,7 @@ class JobMinute(models.Model):
 
 
 class OperatorAction(models.Model):
-    """One action an operator took (cancel, requeue, pause, resume, disable, enable, run now)
+    """One action an operator took (cancel, requeue, pause, resume, disable, enable, run now, delete)
     through the admin, the API or a command: who, through which door, on what, and what came
     of it. Written by ``django_iq.operations``; kept for ``AUDIT_RETENTION_SECONDS``."""
 

@@ -1,6 +1,6 @@
 """What an operator can do, in one place for every door: cancel entries, make deferred entries
-run now, requeue failed entries, pause, resume and compact queues, disable and enable jobs, run
-cron jobs now. The admin, the API and the ``iq_*`` commands call these functions; each returns an
+run now, requeue and delete failed entries' error records, pause, resume and compact queues,
+disable and enable jobs, run cron jobs now and delete them. The admin, the API and the ``iq_*`` commands call these functions; each returns an
 ``Outcome`` (done, skipped with reasons, not found) worded one way, and writes one
 ``OperatorAction`` audit record in the same transaction, whichever door it came through.
 
@@ -433,6 +433,40 @@ def set_cron_enabled(cron_jobs: Iterable[CronJob], enabled: bool, actor: Actor) 
             for c in chosen
             if c not in targets
         }
+        return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
+
+
+def delete_errors(ids: Iterable[int], actor: Actor) -> Outcome:
+    """Delete these error records; the entries they are about are not touched."""
+    wanted = sorted(set(ids))
+    with _atomic():
+        done = EntryError.objects.delete_records(wanted)
+        outcome = Outcome(
+            "delete",
+            "Deleted",
+            ("error record", "error records"),
+            done=done,
+            not_found=[pk for pk in wanted if pk not in set(done)],
+        )
+        return _audited(outcome, actor, f"error records {_listed(wanted)}")
+
+
+def delete_cron_jobs(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
+    """Delete cron jobs and their entries not running yet (``CronJobManager.remove``); one
+    declared in ``DJANGO_IQ["CRON"]`` comes back at the leader's next pass."""
+    chosen = list(cron_jobs)
+    with _atomic():
+        stored = set(
+            CronJob.objects.filter(pk__in=[c.pk for c in chosen]).values_list("pk", flat=True)
+        )
+        CronJob.objects.remove([c for c in chosen if c.pk in stored])
+        outcome = Outcome(
+            "delete",
+            "Deleted",
+            ("cron job", "cron jobs"),
+            done=[c.name for c in chosen if c.pk in stored],
+            not_found=[c.name for c in chosen if c.pk not in stored],
+        )
         return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
 
 

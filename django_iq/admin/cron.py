@@ -120,10 +120,10 @@ class CronJobAdmin(IQModelAdmin):
             CronJob.objects.reschedule(obj, catalog)
 
     def delete_model(self, request: HttpRequest, obj: CronJob) -> None:
-        CronJob.objects.remove([obj])
+        operations.delete_cron_jobs([obj], admin_actor(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[CronJob]) -> None:
-        CronJob.objects.remove(queryset)
+        operations.delete_cron_jobs(queryset, admin_actor(request))
 
     @admin.display(description="queue", ordering="queue_id")
     def queue_name(self, cron_job: CronJob) -> str:

@@ -106,6 +106,13 @@ class EntryErrorAdmin(ActionOnlyAdmin):
         # format_html escapes the traceback: it holds whatever the job's exception said.
         return format_html('<pre style="white-space: pre-wrap">{}</pre>', error.traceback or "-")
 
+    def delete_model(self, request: HttpRequest, obj: EntryError) -> None:
+        operations.delete_errors([obj.pk], admin_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[EntryError]) -> None:
+        # Django's delete action has written the admin log and reports the count itself.
+        operations.delete_errors(queryset.values_list("pk", flat=True), admin_actor(request))
+
     # -- actions -----------------------------------------------------------------------------
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:

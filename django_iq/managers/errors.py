@@ -1,4 +1,4 @@
-"""Error records: the failed set, requeue and pruning."""
+"""Error records: the failed set, requeue, deletion and pruning."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django.db import models, router
+from django.db import models, router, transaction
 from django.utils import timezone
 
 from django_iq import signals
@@ -70,6 +70,15 @@ class EntryErrorManager(models.Manager["EntryError"]):
 
     def failed(self) -> EntryErrorQuerySet:
         return self.get_queryset().failed()
+
+    def delete_records(self, ids: Iterable[int]) -> list[int]:
+        """Delete these error records (the entries that failed are not touched); return the
+        ids deleted, in order."""
+        wanted = list(ids)
+        with transaction.atomic(using=router.db_for_write(self.model)):
+            found = sorted(self.filter(pk__in=wanted).values_list("pk", flat=True))
+            self.filter(pk__in=found).delete()
+        return found
 
     def prune(self, older_than: datetime, batch_size: int) -> int:
         """Delete up to ``batch_size`` error records that failed before ``older_than``."""

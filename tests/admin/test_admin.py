@@ -408,6 +408,15 @@ ACTIONS = [
     ),
     ActionCase(
         CronJob,
+        "delete_selected",
+        ("delete_cronjob",),
+        lambda: [CronJobFactory()],
+        lambda objs: _fresh(objs[0]) is None,
+        DELETION,
+        extra={"post": "yes"},
+    ),
+    ActionCase(
+        CronJob,
         "enable_cron_jobs",
         ("change_cronjob",),
         lambda: [CronJobFactory(disabled=True)],
@@ -466,6 +475,19 @@ def test_action_runs_for_a_superuser_and_writes_the_admin_log(
     (entry,) = log_entries()
     assert (entry.action_flag, entry.user.username) == (case.log_flag, "root")
     assert messages_of(response), "every action reports what it did with message_user"
+
+
+@pytest.mark.parametrize("case", ACTIONS, ids=str)
+def test_action_writes_one_audit_record_naming_the_admin_user(
+    client: Client, case: ActionCase
+) -> None:
+    objects = case.setup()
+    login_superuser(client)
+
+    run_action(client, case.model, case.action, objects, **case.extra)
+
+    (audit,) = OperatorAction.objects.all()
+    assert (audit.door, audit.actor, audit.done) == ("admin", "root", 1)
 
 
 @pytest.mark.parametrize("case", ACTIONS, ids=str)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.admin.models import CHANGE, DELETION
 from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from django_iq.models import Entry, EntryError, OperatorAction
@@ -169,3 +170,26 @@ def test_delete_asks_for_confirmation_then_deletes_and_logs(client: Client) -> N
     assert not EntryError.objects.exists()
     assert messages_of(deleted) == ["Successfully deleted 1 entry error."]
     assert [e.action_flag for e in log_entries()] == [DELETION]
+
+
+def test_deleting_one_error_from_its_page_writes_the_audit_record_and_the_admin_log(
+    client: Client,
+) -> None:
+    error, kept = EntryErrorFactory(), EntryErrorFactory()
+    login(client, "view_entryerror", "delete_entryerror")
+
+    response = client.post(
+        reverse("admin:django_iq_entryerror_delete", args=[error.pk]), {"post": "yes"}
+    )
+
+    assert response.status_code == 302
+    assert list(EntryError.objects.values_list("pk", flat=True)) == [kept.pk]
+    (audit,) = OperatorAction.objects.all()
+    assert (audit.door, audit.action, audit.target, audit.done) == (
+        "admin",
+        "delete",
+        f"error records {error.pk}",
+        1,
+    )
+    assert audit.message == f"Deleted 1 error record: {error.pk}."
+    assert [(e.action_flag, e.object_id) for e in log_entries()] == [(DELETION, str(error.pk))]
