@@ -174,6 +174,13 @@ def test_using_an_unknown_queue_is_refused_before_anything_is_written() -> None:
     assert not Entry.objects.exists() and not Queue.objects.filter(name="nowhere").exists()
 
 
+def test_a_queue_made_in_the_admin_alone_is_not_configured_for_tasks() -> None:
+    Queue.objects.create(name="adhoc")
+
+    with pytest.raises(InvalidTask, match="Queue 'adhoc' is not valid for backend"):
+        tasks.add.using(queue_name="adhoc")
+
+
 def test_configured_queues_and_the_frameworks_default_are_valid() -> None:
     with iq_settings_with(DEFAULT_QUEUE="main", QUEUES={"reports": {}}):
         tasks.add.using(queue_name="reports").enqueue(1, 1)
