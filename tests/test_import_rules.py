@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "signals",
             "states",
             "tasks_compat",
+            "tasks_options",
             "wording",
         ),
     ),
