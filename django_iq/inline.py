@@ -189,7 +189,7 @@ def run_jobs(
     Entries whose ``run_at`` is in the future (``using(run_at=...)``, and failed attempts
     waiting for their retry) stay too, unless ``include_deferred`` makes every one of them
     ready at once (a retry then runs again in the same call, until it succeeds or its attempts
-    are used up) or ``now`` is later than their ``run_at``. Entries released meanwhile (children
+    are used up) or ``now`` (default: when the call began) is past their ``run_at``. Entries released meanwhile (children
     of an entry that ended, batch callbacks, entries the jobs enqueued) run in the same call.
 
     ``limit`` stops after that many runs. Without it, ``TooManyRuns`` is raised once
@@ -204,6 +204,8 @@ def run_jobs(
             "entries this job enqueues."
         )
     autodiscover()
+    # Due means due when called: a retry whose short backoff ends during the call waits.
+    now = now or timezone.now()
     names = _job_names(job)
     queues = [queue] if isinstance(queue, str) else list(queue) if queue is not None else None
     processor = _RecordingProcessor()
@@ -250,11 +252,11 @@ def _job_names(job: Any) -> list[str]:
 
 
 def _make_ready(
-    names: list[str], queues: list[str] | None, include_deferred: bool, now: datetime | None
+    names: list[str], queues: list[str] | None, include_deferred: bool, now: datetime
 ) -> None:
-    """Make deferred entries that are due (by ``now``) ready, or every one of them."""
+    """Make deferred entries that are due by ``now`` ready, or every one of them."""
     if not include_deferred:
-        Entry.objects.promote_due(now or timezone.now())
+        Entry.objects.promote_due(now)
         return
     deferred = Entry.objects.initial().filter(job_name__in=names)
     if queues is not None:
