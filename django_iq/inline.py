@@ -30,7 +30,7 @@ from django_iq.exceptions import IQError, Snooze
 from django_iq.managers import Claim
 from django_iq.models import DisabledJob, Entry, EntryError, Queue
 from django_iq.processing import Processor
-from django_iq.registry import BoundJob, Job, autodiscover, catalog, registered_jobs
+from django_iq.registry import BoundJob, Job, autodiscover, catalog, get_job, registered_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -235,20 +235,21 @@ def run_jobs(
 
 
 def _job_names(job: Any) -> list[str]:
-    """The registered job names to run: those given, else every registered job."""
-    jobs = registered_jobs()
+    """The registered job names to run: those given, else every registered job. Raises
+    ``JobNotRegistered`` for a job or name that is not registered."""
     if job is None:
-        return sorted(jobs)
+        return sorted(registered_jobs())
     given = [job] if isinstance(job, Job | BoundJob | str) else list(job)
     names = []
     for target in given:
-        if isinstance(target, BoundJob):
-            target = target.job
-        name = target.name if isinstance(target, Job) else getattr(target, "module_path", target)
-        if not isinstance(name, str):
+        if isinstance(target, Job | BoundJob | str):
+            names.append(get_job(target).name)
+        elif isinstance(getattr(target, "module_path", None), str):
+            # A Django task: registered as a job when its first entry is enqueued.
+            names.append(target.module_path)
+        else:
             raise TypeError(f"job takes a @job function or a job's name, got {target!r:.80}.")
-        names.append(name)
-    return [name for name in names if name in jobs]
+    return names
 
 
 def _make_ready(

@@ -13,13 +13,14 @@ from django.test import TestCase, TransactionTestCase
 from django.utils import timezone
 
 from django_iq import inline
+from django_iq.exceptions import JobNotRegistered
 from django_iq.models import Entry, EntryError, GroupLock, RunOutcome
 from django_iq.tasks_compat import TaskResultStatus
-from django_iq.testing import FAILED, RETRYING, SUCCEEDED, TooManyRuns, run_jobs
+from django_iq.testing import FAILED, RETRYING, SNOOZED, SUCCEEDED, TooManyRuns, run_jobs
 from tests.conftest import iq_settings_with
 from tests.factories import EntryFactory, GroupLockFactory
 from tests.testapp import tasks
-from tests.testapp.jobs import always_fails, chain, flaky, record, step
+from tests.testapp.jobs import always_fails, chain, flaky, polls, record, step
 from tests.testapp.models import JobRun, RecordedRun
 
 
@@ -71,6 +72,17 @@ class RunJobsBehaviour:
             .values_list("attempt", "is_final", "message")
         ) == [(1, False, "boom"), (2, True, "boom")]
         assert not Entry.objects.exists()
+
+    def test_a_snooze_puts_the_entry_back_without_an_error_record(self) -> None:
+        entry = polls.enqueue("p", ready_after=2)  # raises Snooze(0) on its first two runs
+
+        (snoozed,) = run_jobs()  # run_at is now later than when the call began: it waits
+        assert (snoozed.entry_id, snoozed.status, snoozed.attempt) == (entry.pk, SNOOZED, 1)
+        assert Entry.objects.get(pk=entry.pk).snoozes == 1
+        runs = run_jobs(include_deferred=True)
+        assert [(ran.status, ran.attempt) for ran in runs] == [(SNOOZED, 1), (SUCCEEDED, 1)]
+        assert runs[-1].return_value == "p"
+        assert not EntryError.objects.exists() and not Entry.objects.exists()
 
     def test_raise_errors_raises_the_jobs_exception_after_recording_it(self) -> None:
         always_fails.enqueue("loud")
@@ -217,6 +229,12 @@ def test_run_jobs_in_a_transactional_pytest_test_runs_a_chain() -> None:
 
     assert [ran.status for ran in run_jobs()] == [SUCCEEDED, SUCCEEDED]
     assert not Entry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_job_name_that_is_not_registered_is_refused_with_a_suggestion() -> None:
+    with pytest.raises(JobNotRegistered, match=r"Did you mean 'tests.testapp.jobs.record'\?"):
+        run_jobs(job="tests.testapp.jobs.recrod")
 
 
 @pytest.mark.django_db
