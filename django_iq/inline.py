@@ -186,11 +186,12 @@ def run_jobs(
 
     ``queue`` and ``job`` (a job, its name, or a list of either) narrow what runs. Only
     registered jobs run; entries of other jobs, of disabled jobs and in paused queues stay.
-    Entries whose ``run_at`` is in the future (``using(run_at=...)``, and failed attempts
-    waiting for their retry) stay too, unless ``include_deferred`` makes every one of them
-    ready at once (a retry then runs again in the same call, until it succeeds or its attempts
-    are used up) or ``now`` (default: when the call began) is past their ``run_at``. Entries released meanwhile (children
-    of an entry that ended, batch callbacks, entries the jobs enqueued) run in the same call.
+    Entries whose ``run_at`` is after ``now`` (default: when the call began), as with
+    ``using(run_at=...)`` and failed attempts waiting for their retry, stay too, unless
+    ``include_deferred`` makes every one of them ready at once (a retry then runs again in the
+    same call, until it succeeds or its attempts are used up). Entries released meanwhile
+    (children of an entry that ended, batch callbacks, entries the jobs enqueued) run in the
+    same call.
 
     ``limit`` stops after that many runs. Without it, ``TooManyRuns`` is raised once
     ``MAX_RUNS`` entries have run and more are ready. ``raise_errors`` raises the exception
