@@ -118,7 +118,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         )
     errors.extend(_check_queues(merged["QUEUES"]))
     errors.extend(_check_listen_database(merged["LISTEN_DATABASE"]))
+    errors.extend(_check_run_on_commit(merged["RUN_ON_COMMIT"]))
     return errors
+
+
+def _check_run_on_commit(run_on_commit: bool) -> list[CheckMessage]:
+    if not run_on_commit or settings.DEBUG:
+        return []
+    return [
+        Warning(
+            "DJANGO_IQ['RUN_ON_COMMIT'] is True while DEBUG is False: jobs run inside the "
+            "web processes that enqueue them, one at a time, after each commit.",
+            hint="RUN_ON_COMMIT is for development. In production leave it out and run "
+            "`manage.py runworker` (docs/howto/testing.md).",
+            id="django_iq.W003",
+        )
+    ]
 
 
 def _check_listen_database(alias: str | None) -> list[CheckMessage]:

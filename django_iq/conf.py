@@ -80,6 +80,9 @@ SETTINGS: dict[str, Setting] = {
     "ERROR_MESSAGE_MAX_CHARS": Setting(2_000, (int,), 100, 1_000_000),
     # The JSON of one entry's arguments (args and kwargs) may take at most this many bytes.
     "MAX_ARGUMENTS_BYTES": Setting(1_048_576, (int,), 1_024, 256 * 1_048_576),
+    # Development only: run ready entries in the enqueuing process once its transaction
+    # commits (docs/howto/testing.md); check django_iq.W003 warns when DEBUG is False.
+    "RUN_ON_COMMIT": Setting(False, (bool,)),
     # -- the leader --------------------------------------------------------------------------
     # Cron jobs: {"name": {"job": "app.jobs.f", "schedule": "*/5 * * * *", "args": [], ...}}.
     "CRON": Setting({}, (dict,)),

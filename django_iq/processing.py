@@ -25,7 +25,7 @@ from django_iq.exceptions import (
 )
 from django_iq.limits import cut_message, format_failure
 from django_iq.managers import Claim
-from django_iq.models import Batch, Entry, GroupLock
+from django_iq.models import Batch, Entry, EntryError, GroupLock
 from django_iq.options import JobOptions
 from django_iq.registry import Job, catalog, get_job
 from django_iq.timeouts import Watch, Watchdog
@@ -244,12 +244,13 @@ class Processor:
         *,
         final: bool = False,
         started_at: datetime | None = None,
-    ) -> None:
+    ) -> EntryError:
+        """Log and record a failed attempt; return its error record."""
         self._log_failure(entry, exc, job, final=final)
         if lock_id is not None:
             # This failure gives the lock up: the claim's successes it covers are written first.
             self.acks.wait_for(written)
-        self._record_failure(entry, lock_id, job, exc, final=final, started_at=started_at)
+        return self._record_failure(entry, lock_id, job, exc, final=final, started_at=started_at)
 
     def _snoozed(
         self,
@@ -259,7 +260,9 @@ class Processor:
         job: Job[Any, Any],
         snooze: Snooze,
         started_at: datetime,
-    ) -> None:
+    ) -> EntryError | None:
+        """Put the entry back until the snooze ends; return the final error record if it had
+        snoozed too often, else None."""
         if lock_id is not None:
             # The lock goes: the claim's successes it covers are written first.
             self.acks.wait_for(written)
@@ -281,7 +284,7 @@ class Processor:
         )
         if error is None:
             logger.debug("snoozed entry=%s job=%s until=%s", entry.pk, entry.job_name, until)
-            return
+            return None
         logger.error(
             "job failed for good entry=%s job=%s queue=%s: %s",
             entry.pk,
@@ -290,6 +293,7 @@ class Processor:
             error.message,
         )
         signals.send(signals.entry_failed, Entry, entry=entry, error=error, will_retry=False)
+        return error
 
     def _log_failure(
         self, entry: Entry, exc: BaseException, job: Job[Any, Any] | None, *, final: bool
@@ -337,7 +341,7 @@ class Processor:
         *,
         final: bool = False,
         started_at: datetime | None = None,
-    ) -> None:
+    ) -> EntryError:
         refresh_connections()
         now = timezone.now()
         attempt = entry.attempts + 1
@@ -368,3 +372,4 @@ class Processor:
         signals.send(
             signals.entry_failed, Entry, entry=entry, error=error, will_retry=not error.is_final
         )
+        return error

@@ -1,4 +1,4 @@
-"""Logging receivers for django_iq's signals."""
+"""Logging receivers for django_iq's signals, and the ``RUN_ON_COMMIT`` development mode's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from django_iq import signals
+from django_iq import oncommit, signals
 
 logger = logging.getLogger(__name__)
 
@@ -49,3 +49,7 @@ def log_failed(sender: Any, entry: Any, error: Any, will_retry: bool, **kwargs: 
         "yes" if will_retry else "no",
         error.exception_class,
     )
+
+
+# RUN_ON_COMMIT (off by default: the receiver returns at once).
+signals.entry_enqueued.connect(oncommit.entry_enqueued, dispatch_uid="django_iq.oncommit")

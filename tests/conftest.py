@@ -107,6 +107,15 @@ def vendor() -> str:
     return connection.vendor
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Make sure the ``iq_jobs`` fixture is there: django-iq's ``pytest11`` entry point loads
+    its plugin, but an environment installed before the entry point existed lacks it."""
+    import django_iq.pytest_plugin as plugin
+
+    if not config.pluginmanager.is_registered(plugin):
+        config.pluginmanager.register(plugin, "django_iq")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="needs PostgreSQL: run with DATABASE_URL=postgres://...")
     if connection.vendor != "postgresql":

@@ -77,6 +77,7 @@ def test_e002_unknown_keys_with_a_suggestion_when_one_is_close() -> None:
         ("QUEUES", ["default"], "dict, got list ['default']", "{}"),
         ("JOB_MODULES", "app.jobs", "list or tuple, got str 'app.jobs'", "[]"),
         ("DEFAULT_QUEUE", None, "str, got NoneType None", "'default'"),
+        ("RUN_ON_COMMIT", "yes", "bool, got str 'yes'", "False"),
     ],
 )
 def test_e003_values_of_the_wrong_type(key: str, value: Any, expected: str, default: str) -> None:
@@ -88,6 +89,26 @@ def test_e003_values_of_the_wrong_type(key: str, value: Any, expected: str, defa
                 id="django_iq.E003",
             )
         ]
+
+
+@override_settings(DEBUG=False)
+def test_w003_run_on_commit_warns_when_debug_is_off() -> None:
+    with iq(RUN_ON_COMMIT=True):
+        assert check_settings() == [
+            Warning(
+                "DJANGO_IQ['RUN_ON_COMMIT'] is True while DEBUG is False: jobs run inside the "
+                "web processes that enqueue them, one at a time, after each commit.",
+                hint="RUN_ON_COMMIT is for development. In production leave it out and run "
+                "`manage.py runworker` (docs/howto/testing.md).",
+                id="django_iq.W003",
+            )
+        ]
+
+
+@override_settings(DEBUG=True)
+def test_run_on_commit_passes_the_checks_under_debug() -> None:
+    with iq(RUN_ON_COMMIT=True):
+        assert check_settings() == []
 
 
 @iq(POLL_INTERVAL_SECONDS=2)

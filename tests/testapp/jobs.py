@@ -335,3 +335,24 @@ def returns(value: object, nan: bool = False) -> object:
     """Returns what it was given (or, ``nan``, a float JSON cannot store), for the outcome
     record's return value."""
     return float("nan") if nan else value
+
+
+@job(queue="emails")
+def send_welcome(address: str) -> str:
+    """The example of docs/howto/testing.md: records the mail it "sends"."""
+    JobRun.objects.create(token=f"welcome:{address}")
+    return f"sent to {address}"
+
+
+def sign_up(address: str) -> None:
+    """The code under test in docs/howto/testing.md: enqueues the welcome mail."""
+    send_welcome.enqueue(address)
+
+
+@job
+def chain(token: str, more: int) -> str:
+    """Records a run, then enqueues itself ``more`` times over (a job enqueueing jobs)."""
+    JobRun.objects.create(token=f"{token}:{more}")
+    if more:
+        chain.enqueue(token, more - 1)
+    return token

@@ -1,0 +1,30 @@
+"""Helpers for testing code that enqueues jobs: ``run_jobs`` runs entries in the test's own
+thread and transaction, ``IQTestMixin`` and the ``iq_jobs`` pytest fixture capture what a test
+enqueued and assert on it. See docs/howto/testing.md."""
+
+from django_iq.inline import (
+    FAILED,
+    MAX_RUNS,
+    RETRYING,
+    SNOOZED,
+    SUCCEEDED,
+    Outcome,
+    TooManyRuns,
+    run_jobs,
+)
+from django_iq.testing.capture import EnqueuedJob, EnqueuedJobs
+from django_iq.testing.mixins import IQTestMixin
+
+__all__ = [
+    "FAILED",
+    "MAX_RUNS",
+    "RETRYING",
+    "SNOOZED",
+    "SUCCEEDED",
+    "EnqueuedJob",
+    "EnqueuedJobs",
+    "IQTestMixin",
+    "Outcome",
+    "TooManyRuns",
+    "run_jobs",
+]

@@ -1,0 +1,56 @@
+"""``IQTestMixin``: the capture and ``run_jobs`` as ``TestCase`` methods."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django_iq.inline import Outcome, run_jobs
+from django_iq.registry import BoundJob, Job
+from django_iq.testing.capture import EnqueuedJob, EnqueuedJobs
+
+
+class IQTestMixin:
+    """Mix into a ``TestCase`` or ``TransactionTestCase``: what each test enqueues is captured
+    from ``setUp`` on, ``assertEnqueued`` / ``assertNotEnqueued`` assert on it, and
+    ``run_jobs`` runs it (``run`` is unittest's own method, hence the longer name)."""
+
+    iq_jobs: EnqueuedJobs
+
+    def setUp(self) -> None:
+        super().setUp()  # type: ignore[misc]
+        self.iq_jobs = EnqueuedJobs().start()
+        self.addCleanup(self.iq_jobs.stop)  # type: ignore[attr-defined]
+
+    def enqueued(
+        self, job: Job[Any, Any] | BoundJob | str | Any = None, **filters: Any
+    ) -> list[EnqueuedJob]:
+        """The entries this test enqueued (see ``EnqueuedJobs.enqueued``)."""
+        return self.iq_jobs.enqueued(job, **filters)
+
+    def run_jobs(self, queue: str | Sequence[str] | None = None, **options: Any) -> list[Outcome]:
+        """``django_iq.testing.run_jobs`` with the same arguments."""
+        return run_jobs(queue, **options)
+
+    def assertEnqueued(  # noqa: N802 (unittest's naming)
+        self,
+        job: Job[Any, Any] | BoundJob | str | Any,
+        *,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        queue: str | None = None,
+        count: int | None = None,
+    ) -> list[EnqueuedJob]:
+        """Fail unless ``job`` was enqueued (as ``EnqueuedJobs.assert_enqueued``)."""
+        return self.iq_jobs.assert_enqueued(job, args=args, kwargs=kwargs, queue=queue, count=count)
+
+    def assertNotEnqueued(  # noqa: N802 (unittest's naming)
+        self,
+        job: Job[Any, Any] | BoundJob | str | Any,
+        *,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        queue: str | None = None,
+    ) -> None:
+        """Fail if ``job`` was enqueued (as ``EnqueuedJobs.assert_not_enqueued``)."""
+        self.iq_jobs.assert_not_enqueued(job, args=args, kwargs=kwargs, queue=queue)
