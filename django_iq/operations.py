@@ -436,6 +436,25 @@ def set_cron_enabled(cron_jobs: Iterable[CronJob], enabled: bool, actor: Actor) 
         return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
 
 
+def save_cron_job(
+    cron_job: CronJob, changed: Iterable[str], actor: Actor, *, created: bool
+) -> Outcome:
+    """Save a cron job an operator created or edited (only the ``changed`` fields of an edit)
+    and re-time its waiting entry when what it is built from changed."""
+    fields = list(changed)
+    outcome = Outcome(
+        "add_cron" if created else "edit_cron",
+        "Added" if created else "Changed",
+        ("cron job", "cron jobs"),
+    )
+    with _atomic():
+        CronJob.objects.save_edited(cron_job, fields, catalog, created=created)
+        outcome.done = [cron_job.name]
+        if not created:
+            outcome.notes[cron_job.name] = f" ({', '.join(fields) or 'nothing changed'})"
+        return _audited(outcome, actor, f"cron job {cron_job.name}: {cron_job.describe()}")
+
+
 def _listed(items: Sequence[Any]) -> str:
     if len(items) > LISTED_ITEMS:
         shown = ", ".join(str(item) for item in items[:LISTED_ITEMS])
