@@ -4,11 +4,12 @@ Batch."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
-from django.db.models import Q
+from django.db.models import BaseConstraint, Q
 from django.utils import timezone
 
 from django_iq.indexes import PartialIndex
@@ -414,6 +415,10 @@ class EntryError(models.Model):
         return f"{self.job_name} #{self.entry_id} attempt {self.attempt}: {self.exception_class}"
 
 
+# Checked by CronJob.clean() with a message naming the fault, and by the database.
+SCHEDULE_CONSTRAINTS = ("iq_cron_one_schedule", "iq_cron_every_range")
+
+
 class CronJob(models.Model):
     """A job run on a schedule: a cron expression, an interval (``every_seconds``) or one time
     (``run_once_at``), exactly one of them. The leader keeps one entry for it while enabled (a
@@ -489,18 +494,28 @@ class CronJob(models.Model):
         self.validate_schedule_fields()
         super().save(*args, **kwargs)
 
+    def get_constraints(self) -> list[tuple[type[models.Model], Sequence[BaseConstraint]]]:
+        # clean() reports a broken schedule constraint naming what was given; only the database
+        # needs to check these again.
+        return [
+            (model, [c for c in constraints if c.name not in SCHEDULE_CONSTRAINTS])
+            for model, constraints in super().get_constraints()
+        ]
+
     def describe(self) -> str:
         """The schedule in words: the cron expression, ``every 5m`` or ``once at ...``."""
         return describe(self.schedule, self.every_seconds, self.run_once_at)
 
     @property
-    def is_one_off(self) -> bool:
-        return self.run_once_at is not None
-
-    @property
     def is_done(self) -> bool:
         """A one-off that fired: it never fires again."""
         return self.run_once_at is not None and self.fired_at is not None
+
+    def status(self, job_disabled: bool) -> str:
+        """``enabled``, ``disabled`` or ``done`` (a one-off that fired), followed by ``, job
+        disabled`` when the job it runs is switched off (its entries then wait)."""
+        state = "done" if self.is_done else "enabled" if self.is_enabled else "disabled"
+        return f"{state}, job disabled" if job_disabled else state
 
     def validate_schedule_fields(self) -> None:
         """Raise ``ValueError`` unless the cron job has exactly one valid schedule."""

@@ -441,14 +441,13 @@ def save_cron_job(
 ) -> Outcome:
     """Save a cron job an operator created or edited (only the ``changed`` fields of an edit)
     and re-time its waiting entry when what it is built from changed."""
-    fields = list(changed)
     outcome = Outcome(
         "add_cron" if created else "edit_cron",
         "Added" if created else "Changed",
         ("cron job", "cron jobs"),
     )
     with _atomic():
-        CronJob.objects.save_edited(cron_job, fields, catalog, created=created)
+        fields = CronJob.objects.save_edited(cron_job, changed, catalog, created=created)
         outcome.done = [cron_job.name]
         if not created:
             outcome.notes[cron_job.name] = f" ({', '.join(fields) or 'nothing changed'})"

@@ -216,11 +216,10 @@ class CronJobAdmin(IQModelAdmin):
     def status(self, cron_job: CronJob) -> str:
         """``enabled``, ``disabled`` or ``done`` (a one-off that fired), and whether the job it
         runs is switched off (its entries then wait, whatever the cron job says)."""
-        state = "done" if cron_job.is_done else "enabled" if cron_job.is_enabled else "disabled"
         job_disabled = getattr(cron_job, "job_disabled", None)
-        if job_disabled is None:  # the change page's object comes without the annotation
+        if job_disabled is None:  # an object read without the list's annotation
             job_disabled = DisabledJob.objects.filter(job_name=cron_job.job_name).exists()
-        return f"{state}, job disabled" if job_disabled else state
+        return cron_job.status(job_disabled)
 
     @admin.display(description="next runs")
     def next_runs(self, cron_job: CronJob) -> SafeString | str:

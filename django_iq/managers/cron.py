@@ -234,22 +234,29 @@ class CronJobManager(models.Manager["CronJob"]):
 
     def save_edited(
         self, cron_job: CronJob, changed: Iterable[str], jobs: JobCatalog, *, created: bool
-    ) -> Entry | None:
-        """Save a cron job an operator created or edited (of an edit, only the ``changed``
-        fields: the leader writes others meanwhile) and replace its waiting entry if that is
-        built from what changed. Return the new entry, if one was made."""
-        names = {field.name for field in self.model._meta.fields}
-        fields = [name for name in changed if name in names]
+    ) -> list[str]:
+        """Save a cron job an operator created or edited and replace its waiting entry if that
+        is built from what changed. Of an edit, only the ``changed`` fields whose values differ
+        from the stored row are written (the leader writes others meanwhile). Return them."""
         with transaction.atomic(using=router.db_for_write(self.model)):
             if created:
                 cron_job.save(force_insert=True)
-            elif fields:
+                self.reschedule(cron_job, jobs)
+                return []
+            stored = self.select_for_update().get(pk=cron_job.pk)
+            fields = [
+                field.name
+                for field in self.model._meta.fields
+                if field.name in set(changed)
+                and getattr(stored, field.attname) != getattr(cron_job, field.attname)
+            ]
+            if fields:
                 cron_job.save(update_fields=fields)
-            if not created and not set(fields) & set(ENTRY_FIELDS):
-                return None
-            return self.reschedule(
-                cron_job, jobs, schedule_changed=created or bool(set(fields) & set(SCHEDULE_FIELDS))
-            )
+            if set(fields) & set(ENTRY_FIELDS):
+                self.reschedule(
+                    cron_job, jobs, schedule_changed=bool(set(fields) & set(SCHEDULE_FIELDS))
+                )
+            return fields
 
     def remove(self, cron_jobs: Iterable[CronJob]) -> int:
         """Delete cron jobs and their entries not running yet; return how many were deleted.
