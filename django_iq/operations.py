@@ -41,7 +41,7 @@ NOT_A_FINAL_FAILURE = "not a final failure, or already requeued"
 NOT_DISABLED = "not disabled"
 ALREADY_DISABLED = "already disabled"
 ALREADY_ENABLED = "already enabled"
-CRON_NOT_STARTED = "disabled, or already pending or running"
+CRON_NOT_STARTED = "disabled, done, or already pending or running"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import IntegrityError, router, transaction
 
+from django_iq import operations
 from django_iq.duties import CronDuty
 from django_iq.exceptions import LeadershipLost
 from django_iq.leader import Leader
@@ -254,3 +255,21 @@ def test_saving_a_cron_job_with_two_schedules_is_refused_with_the_reason() -> No
             name="both", schedule="* * * * *", every_seconds=5, job_name=NOOP, queue_id="default"
         )
     assert not CronJob.objects.exists()
+
+
+@settings_with(CRON=ONCE)
+def test_disabling_and_enabling_a_done_one_off_does_not_fire_it_again() -> None:
+    leader = cron_leader("a")
+    pass_at([leader], AT)
+    pass_at([leader], AT)
+    assert run_due(AT) == [AT]
+    actor = operations.Actor.of_command("test")
+    operations.set_cron_enabled([CronJob.objects.get(name="once")], False, actor)
+    pass_at([leader], AT + timedelta(minutes=1))
+    operations.set_cron_enabled([CronJob.objects.get(name="once")], True, actor)
+
+    for minute in (2, 3):
+        pass_at([leader], AT + timedelta(minutes=minute))
+        assert run_due(AT + timedelta(minutes=minute)) == []
+    assert not Entry.objects.exists()
+    assert CronJob.objects.get(name="once").status(job_disabled=False) == "done"

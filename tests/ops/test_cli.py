@@ -808,7 +808,7 @@ def test_cron_run_now_makes_the_waiting_entry_pending() -> None:
     assert run("iq_cron", "run-now", "nightly") == "Made pending now 1 cron job: nightly.\n"
     assert Entry.objects.pending().get().cron_job_id == nightly.pk
     assert run("iq_cron", "run-now", "nightly") == (
-        "Made pending now 0 cron jobs. Skipped 1, disabled, or already pending or running: nightly.\n"
+        "Made pending now 0 cron jobs. Skipped 1, disabled, done, or already pending or running: nightly.\n"
     )
 
 
