@@ -54,14 +54,8 @@ def next_fires(cron_job: CronJob, now: datetime) -> list[datetime]:
 
 class CronJobForm(forms.ModelForm):
     """Checks at the boundary what the leader or a worker would otherwise fail on: exactly one
-    schedule, valid (by ``CronJob.clean``; the interval's duration here); a registered job; JSON arguments the job's signature accepts."""
-
-    every_seconds = forms.DurationField(
-        label="Every",
-        required=False,
-        help_text='An interval instead of a cron expression: "00:05:00" (5 minutes), '
-        '"1 00:00:00" (a day); whole seconds, at least 1.',
-    )
+    schedule, valid (by ``CronJob.clean``; the interval's duration here); a registered job;
+    JSON arguments the job's signature accepts."""
 
     class Meta:
         model = CronJob
@@ -86,14 +80,16 @@ class CronJobForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         seconds = self.initial.get("every_seconds")
-        if isinstance(seconds, int):
+        if "every_seconds" in self.fields and isinstance(seconds, int):
             # Stored as seconds, shown and compared as a duration.
             self.initial["every_seconds"] = timedelta(seconds=seconds)
 
     def clean_every_seconds(self) -> int | None:
-        every: timedelta | None = self.cleaned_data.get("every_seconds")
+        every: timedelta | int | None = self.cleaned_data.get("every_seconds")
         if every is None:
             return None
+        if isinstance(every, int):  # the form outside the admin: seconds (CronJob.clean checks)
+            return every
         try:
             return every_seconds_of(every)
         except ValueError as exc:
@@ -191,6 +187,15 @@ class CronJobAdmin(IQModelAdmin):
     ) -> forms.Field | None:
         if db_field.name == "priority":
             kwargs.update(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
+        if db_field.name == "every_seconds":
+            # Stored as whole seconds, entered as a duration (CronJobForm converts it). Made
+            # here, not declared on the form, so that it is left out where it is read-only.
+            return forms.DurationField(
+                label="Every",
+                required=False,
+                help_text='An interval instead of a cron expression: "00:05:00" (5 minutes), '
+                '"1 00:00:00" (a day); whole seconds, at least 1.',
+            )
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def save_model(

@@ -257,3 +257,16 @@ def test_the_changelist_takes_as_many_queries_for_many_cron_jobs_as_for_one(
     many = queries_for_list()
 
     assert many == one, "a changelist query per row: annotate it in get_queryset instead"
+
+
+def test_a_declared_interval_stays_as_declared_whatever_is_posted(client: Client) -> None:
+    cron_job = CronJobFactory(is_declared=True, schedule="", every_seconds=60)
+    login_superuser(client)
+
+    page = client.get(change_url(cron_job))
+    response = client.post(change_url(cron_job), form(name=cron_job.name, every_seconds="1:00:00"))
+
+    assert response.status_code == 302
+    assert 'name="every_seconds"' not in page.content.decode()
+    stored = CronJob.objects.get(pk=cron_job.pk)
+    assert (stored.schedule, stored.every_seconds) == ("", 60)
