@@ -14,7 +14,7 @@ from django_iq.conf import ENV_PREFIX, SETTINGS, iq_settings
 from django_iq.exceptions import ImproperlyConfiguredIQ, JobNotRegistered
 from django_iq.models import Entry
 from django_iq.registry import get_job
-from django_iq.schedule import validate_schedule
+from django_iq.schedule import validate_declared_schedule
 
 QUEUE_OPTIONS = ("weight", "max_concurrency", "is_paused", "alert_waiting_seconds")
 QUEUE_OPTION_HINTS = {
@@ -268,7 +268,9 @@ def check_database(
     return messages
 
 
-CRON_KEYS = ("job", "schedule", "timezone", "args", "kwargs", "queue", "priority")
+CRON_KEYS = ("job", "schedule", "every", "at", "timezone", "args", "kwargs", "queue", "priority")
+# A declared cron job has exactly one of these.
+SCHEDULE_KEYS = ("schedule", "every", "at")
 
 
 @register(Tags.compatibility)
@@ -327,7 +329,10 @@ def _check_cron(cron: dict[str, Any]) -> list[CheckMessage]:
             )
             continue
         unknown = [key for key in spec if key not in CRON_KEYS]
-        missing = [key for key in ("job", "schedule") if key not in spec]
+        missing = [key for key in ("job",) if key not in spec]
+        kinds = [key for key in SCHEDULE_KEYS if key in spec]
+        if not kinds:
+            missing.append("schedule, every or at")
         if unknown or missing:
             errors.append(
                 Error(
@@ -336,17 +341,30 @@ def _check_cron(cron: dict[str, Any]) -> list[CheckMessage]:
                     else f"{where} has unknown keys {unknown}."
                     if unknown
                     else f"{where} is missing {missing}.",
-                    hint=f"Valid keys: {', '.join(CRON_KEYS)}; job and schedule are required.",
+                    hint=f"Valid keys: {', '.join(CRON_KEYS)}; job and one of schedule, every "
+                    "and at are required.",
                     id="django_iq.E014",
                 )
             )
             continue
+        if len(kinds) > 1:
+            errors.append(
+                Error(
+                    f"{where} has {' and '.join(kinds)}; a cron job has exactly one of "
+                    "schedule (a cron expression), every (an interval) and at (one time).",
+                    hint="Keep one of them; declare another cron job for another schedule.",
+                    id="django_iq.E015",
+                )
+            )
+            continue
         try:
-            validate_schedule(spec["schedule"], spec.get("timezone", "UTC"))
+            validate_declared_schedule(spec)
         except ValueError as exc:
             errors.append(
                 Error(
-                    f"{where}: {exc}", hint="Check the schedule and timezone.", id="django_iq.E015"
+                    f"{where}: {exc}",
+                    hint="Check the schedule, every, at and timezone.",
+                    id="django_iq.E015",
                 )
             )
         try:

@@ -4,11 +4,12 @@ Batch."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
-from django.db.models import Q
+from django.db.models import BaseConstraint, Q
 from django.utils import timezone
 
 from django_iq.indexes import PartialIndex
@@ -31,7 +32,16 @@ from django_iq.managers import (
     UniqueKeyManager,
     WorkerManager,
 )
-from django_iq.schedule import validate_schedule
+from django_iq.schedule import (
+    MAX_EVERY_SECONDS,
+    MIN_EVERY_SECONDS,
+    describe,
+    validate_at,
+    validate_every_seconds,
+    validate_kind,
+    validate_schedule,
+    validate_timezone,
+)
 from django_iq.states import (
     MAX_PRIORITY,
     MIN_PRIORITY,
@@ -405,12 +415,29 @@ class EntryError(models.Model):
         return f"{self.job_name} #{self.entry_id} attempt {self.attempt}: {self.exception_class}"
 
 
+# Checked by CronJob.clean() with a message naming the fault, and by the database.
+SCHEDULE_CONSTRAINTS = ("iq_cron_one_schedule", "iq_cron_every_range")
+
+
 class CronJob(models.Model):
-    """A job run on a cron schedule; the leader keeps exactly one entry for it while enabled."""
+    """A job run on a schedule: a cron expression, an interval (``every_seconds``) or one time
+    (``run_once_at``), exactly one of them. The leader keeps one entry for it while enabled (a
+    one-off gets its entry when its time comes, and is then done: ``fired_at``)."""
 
     name = models.CharField(max_length=200, unique=True)
-    schedule = models.CharField(max_length=100, help_text='A cron expression, e.g. "*/5 * * * *".')
+    schedule = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text='A cron expression, e.g. "*/5 * * * *"; empty for an interval or a one-off.',
+    )
     timezone = models.CharField(max_length=64, default="UTC")
+    # Fires every this many seconds, on the grid of its first fire (no drift, no backlog).
+    every_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Fires once, at this time.
+    run_once_at = models.DateTimeField(null=True, blank=True)
+    # When a one-off fired (its entry was made), written with that entry in the leader's fenced
+    # transaction: set, it never fires again.
+    fired_at = models.DateTimeField(null=True, blank=True)
     job_name = models.CharField(max_length=200)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
@@ -426,6 +453,10 @@ class CronJob(models.Model):
     # True for cron jobs declared in DJANGO_IQ["CRON"]: the leader keeps them in step with it.
     is_declared = models.BooleanField(default=False)
     last_run_at = models.DateTimeField(null=True, blank=True)
+    # How the last run ended and its entry (its RunOutcome and EntryError rows carry that id),
+    # written with the run's end: the lists read them from this row, without a join.
+    last_outcome = models.CharField(max_length=10, choices=OutcomeStatus.choices, blank=True)
+    last_entry_id = models.BigIntegerField(null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
 
     objects = CronJobManager()
@@ -437,23 +468,92 @@ class CronJob(models.Model):
                 condition=Q(priority__gte=MIN_PRIORITY) & Q(priority__lte=MAX_PRIORITY),
                 name="iq_cron_priority_range",
             ),
+            # Exactly one kind of schedule: a cron expression, an interval or one time.
+            models.CheckConstraint(
+                condition=(
+                    ~Q(schedule="") & Q(every_seconds__isnull=True) & Q(run_once_at__isnull=True)
+                )
+                | (Q(schedule="") & Q(every_seconds__isnull=False) & Q(run_once_at__isnull=True))
+                | (Q(schedule="") & Q(every_seconds__isnull=True) & Q(run_once_at__isnull=False)),
+                name="iq_cron_one_schedule",
+            ),
+            models.CheckConstraint(
+                condition=Q(every_seconds__isnull=True)
+                | (
+                    Q(every_seconds__gte=MIN_EVERY_SECONDS)
+                    & Q(every_seconds__lte=MAX_EVERY_SECONDS)
+                ),
+                name="iq_cron_every_range",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.schedule})"
+        return f"{self.name} ({self.describe()})"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-
-        validate_schedule(self.schedule, self.timezone)
+        self.validate_schedule_fields()
         super().save(*args, **kwargs)
 
-    def clean(self) -> None:
-        from django.core.exceptions import ValidationError
+    def get_constraints(self) -> list[tuple[type[models.Model], Sequence[BaseConstraint]]]:
+        # clean() reports a broken schedule constraint naming what was given; only the database
+        # needs to check these again.
+        return [
+            (model, [c for c in constraints if c.name not in SCHEDULE_CONSTRAINTS])
+            for model, constraints in super().get_constraints()
+        ]
 
-        try:
+    def describe(self) -> str:
+        """The schedule in words: the cron expression, ``every 5m`` or ``once at ...``."""
+        return describe(self.schedule, self.every_seconds, self.run_once_at)
+
+    @property
+    def is_done(self) -> bool:
+        """A one-off that fired: it never fires again."""
+        return self.run_once_at is not None and self.fired_at is not None
+
+    def status(self, job_disabled: bool) -> str:
+        """``enabled``, ``disabled`` or ``done`` (a one-off that fired), followed by ``, job
+        disabled`` when the job it runs is switched off (its entries then wait)."""
+        state = "done" if self.is_done else "enabled" if self.is_enabled else "disabled"
+        return f"{state}, job disabled" if job_disabled else state
+
+    def validate_schedule_fields(self) -> None:
+        """Raise ``ValueError`` unless the cron job has exactly one valid schedule."""
+        validate_kind(self.schedule, self.every_seconds, self.run_once_at)
+        if self.schedule:
             validate_schedule(self.schedule, self.timezone)
-        except ValueError as exc:
-            raise ValidationError({"schedule": str(exc)}) from exc
+        else:
+            validate_timezone(self.timezone)
+        if self.every_seconds is not None:
+            validate_every_seconds(self.every_seconds)
+        if self.run_once_at is not None:
+            validate_at(self.run_once_at)
+
+    def clean(self) -> None:
+        """Raise ``ValidationError`` on the field at fault (the form shows it there)."""
+        from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+
+        checks: list[tuple[str, Any]] = [
+            (
+                NON_FIELD_ERRORS,
+                lambda: validate_kind(self.schedule, self.every_seconds, self.run_once_at),
+            ),
+            ("timezone", lambda: validate_timezone(self.timezone)),
+        ]
+        if self.schedule:
+            checks.append(("schedule", lambda: validate_schedule(self.schedule, "UTC")))
+        if self.every_seconds is not None:
+            checks.append(("every_seconds", lambda: validate_every_seconds(self.every_seconds)))
+        if self.run_once_at is not None:
+            checks.append(("run_once_at", lambda: validate_at(self.run_once_at)))
+        errors: dict[str, str] = {}
+        for field, check in checks:
+            try:
+                check()
+            except ValueError as exc:
+                errors.setdefault(field, str(exc))
+        if errors:
+            raise ValidationError(errors)
 
 
 class LeaderLease(models.Model):

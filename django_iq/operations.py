@@ -41,7 +41,7 @@ NOT_A_FINAL_FAILURE = "not a final failure, or already requeued"
 NOT_DISABLED = "not disabled"
 ALREADY_DISABLED = "already disabled"
 ALREADY_ENABLED = "already enabled"
-CRON_NOT_STARTED = "disabled, or already pending or running"
+CRON_NOT_STARTED = "disabled, done, or already pending or running"
 
 
 @dataclass(frozen=True)
@@ -468,6 +468,24 @@ def delete_cron_jobs(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
             not_found=[c.name for c in chosen if c.pk not in stored],
         )
         return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
+
+
+def save_cron_job(
+    cron_job: CronJob, changed: Iterable[str], actor: Actor, *, created: bool
+) -> Outcome:
+    """Save a cron job an operator created or edited (only the ``changed`` fields of an edit)
+    and re-time its waiting entry when what it is built from changed."""
+    outcome = Outcome(
+        "add_cron" if created else "edit_cron",
+        "Added" if created else "Changed",
+        ("cron job", "cron jobs"),
+    )
+    with _atomic():
+        fields = CronJob.objects.save_edited(cron_job, changed, catalog, created=created)
+        outcome.done = [cron_job.name]
+        if not created:
+            outcome.notes[cron_job.name] = f" ({', '.join(fields) or 'nothing changed'})"
+        return _audited(outcome, actor, f"cron job {cron_job.name}: {cron_job.describe()}")
 
 
 def _listed(items: Sequence[Any]) -> str:

@@ -2,6 +2,7 @@
 
 import json
 import os
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import environ
@@ -92,6 +93,21 @@ if os.environ.get("DJANGO_IQ_TEST_CRON"):
             "args": json.loads(os.environ.get("DJANGO_IQ_TEST_CRON_ARGS", "[]")),
             "kwargs": json.loads(os.environ.get("DJANGO_IQ_TEST_CRON_KWARGS", "{}")),
         }
+    }
+
+if os.environ.get("DJANGO_IQ_TEST_SCHEDULES"):
+    # Process tests of intervals and one-offs: each run of either leaves a RecordedRun.
+    DJANGO_IQ["CRON"] = {
+        "often": {
+            "job": "tests.testapp.jobs.recorded",
+            "args": ["often"],
+            "every": timedelta(seconds=float(os.environ["DJANGO_IQ_TEST_SCHEDULES"])),
+        },
+        "once": {
+            "job": "tests.testapp.jobs.recorded",
+            "args": ["once"],
+            "at": datetime.fromisoformat(os.environ["DJANGO_IQ_TEST_SCHEDULES_AT"]),
+        },
     }
 
 if os.environ.get("DJANGO_IQ_TEST_POOLED"):

@@ -1,56 +1,99 @@
-"""The CronJob admin: schedules validated on save, the next fire times, enable, disable and run
-now through the manager."""
+"""The CronJob admin: cron jobs added and edited with every input checked (one schedule of
+three kinds, a registered job the arguments fit, a queue, a priority), saved through the
+operations layer; the next fire times, the last run and how it ended, a job switched off;
+enable, disable and run now."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import inspect
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE
 from django.core.exceptions import ValidationError
-from django.db.models import Field, QuerySet
+from django.db.models import Exists, Field, OuterRef, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_iq import operations
 from django_iq.admin.common import IQModelAdmin, admin_actor, log_objects, report_outcome
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
-from django_iq.models import CronJob
-from django_iq.registry import catalog, get_job
-from django_iq.schedule import next_fire_time
+from django_iq.models import CronJob, DisabledJob
+from django_iq.registry import get_job
+from django_iq.schedule import every_seconds_of, next_fire_time
 from django_iq.serialization import validate_arguments
-from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
+from django_iq.states import MAX_PRIORITY, MIN_PRIORITY, OutcomeStatus
 
 # Fire times listed after next_run_at.
 NEXT_FIRES = 3
-# Fields the waiting entry is built from: changing one replaces that entry.
-ENTRY_FIELDS = ("schedule", "timezone", "job_name", "args", "kwargs", "queue", "priority")
 
 
 def next_fires(cron_job: CronJob, now: datetime) -> list[datetime]:
     """``next_run_at`` followed by the ``NEXT_FIRES`` fire times after it (after ``now`` when
-    the cron job has no entry yet); empty for a disabled cron job."""
-    if not cron_job.is_enabled:
+    the cron job has no entry yet); a one-off's one time until it fired; empty for a disabled
+    cron job or a one-off that fired."""
+    if not cron_job.is_enabled or cron_job.is_done:
         return []
+    if cron_job.run_once_at is not None:
+        return [cron_job.run_once_at]
     fires = [cron_job.next_run_at] if cron_job.next_run_at else []
     after = cron_job.next_run_at or now
     for _ in range(NEXT_FIRES):
-        after = next_fire_time(cron_job.schedule, cron_job.timezone, after)
+        if cron_job.every_seconds is not None:
+            after += timedelta(seconds=cron_job.every_seconds)
+        else:
+            after = next_fire_time(cron_job.schedule, cron_job.timezone, after)
         fires.append(after)
     return fires
 
 
 class CronJobForm(forms.ModelForm):
-    """Checks at the boundary what the worker would otherwise fail on: the job is registered
-    and the arguments are JSON a job can take. The schedule is checked by ``CronJob.clean``."""
+    """Checks at the boundary what the leader or a worker would otherwise fail on: exactly one
+    schedule, valid (by ``CronJob.clean``; the interval's duration here); a registered job;
+    JSON arguments the job's signature accepts."""
 
     class Meta:
         model = CronJob
-        fields = ("name", "schedule", "timezone", "job_name", "args", "kwargs", "queue", "priority")
+        fields = (
+            "name",
+            "schedule",
+            "every_seconds",
+            "run_once_at",
+            "timezone",
+            "job_name",
+            "args",
+            "kwargs",
+            "queue",
+            "priority",
+        )
+        labels = {"run_once_at": "At"}
+        help_texts = {
+            "run_once_at": "One time instead of a schedule: the job runs once, then "
+            "the cron job is done."
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        seconds = self.initial.get("every_seconds")
+        if "every_seconds" in self.fields and isinstance(seconds, int):
+            # Stored as seconds, shown and compared as a duration.
+            self.initial["every_seconds"] = timedelta(seconds=seconds)
+
+    def clean_every_seconds(self) -> int | None:
+        every: timedelta | int | None = self.cleaned_data.get("every_seconds")
+        if every is None:
+            return None
+        if isinstance(every, int):  # the form outside the admin: seconds (CronJob.clean checks)
+            return every
+        try:
+            return every_seconds_of(every)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
 
     def clean_job_name(self) -> str:
         name: str = self.cleaned_data["job_name"]
@@ -63,11 +106,33 @@ class CronJobForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
         if "args" in cleaned and "kwargs" in cleaned:
+            args, kwargs = cleaned["args"] or [], cleaned["kwargs"] or {}
             try:
-                validate_arguments(cleaned["args"] or [], cleaned["kwargs"] or {})
+                validate_arguments(args, kwargs)
             except InvalidJobArguments as exc:
                 raise ValidationError(str(exc)) from exc
+            if "job_name" in cleaned and isinstance(args, list) and isinstance(kwargs, dict):
+                _check_call(cleaned["job_name"], args, kwargs)
         return cleaned
+
+
+def _when(fire: datetime) -> str:
+    """A fire time to the minute, or to the second when it falls between minutes."""
+    return f"{fire:%Y-%m-%d %H:%M:%S %Z}" if fire.second else f"{fire:%Y-%m-%d %H:%M %Z}"
+
+
+def _check_call(job_name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Raise ``ValidationError`` if the job's function cannot take ``args`` and ``kwargs``."""
+    func = get_job(job_name).func
+    try:
+        inspect.signature(func).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ValidationError(
+            f"{job_name} cannot be called with args {args!r} and kwargs {kwargs!r}: {exc}. "
+            f"Its signature is {job_name.rsplit('.', 1)[-1]}{inspect.signature(func)}."
+        ) from exc
+    except ValueError:
+        pass  # no signature to read (a builtin): the worker reports a bad call
 
 
 @admin.register(CronJob)
@@ -75,20 +140,36 @@ class CronJobAdmin(IQModelAdmin):
     form = CronJobForm
     list_display = (
         "name",
-        "schedule",
+        "schedule_text",
         "timezone",
         "job_name",
         "queue_name",
-        "is_enabled",
+        "status",
         "is_declared",
-        "last_run_at",
         "next_runs",
+        "last_run_at",
+        "last_outcome_link",
     )
     list_filter = ("is_enabled", "is_declared", "queue")
     search_fields = ("name", "job_name")
     actions = ("enable_cron_jobs", "disable_cron_jobs", "run_cron_jobs_now")
     # is_enabled changes through the actions only; the rest is kept by the leader.
-    state_fields = ("is_enabled", "is_declared", "last_run_at", "next_run_at", "next_runs")
+    state_fields = (
+        "status",
+        "is_declared",
+        "fired_at",
+        "next_run_at",
+        "next_runs",
+        "last_run_at",
+        "last_outcome_link",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CronJob]:
+        # Whether each row's job is switched off, in the list's one query.
+        queryset: QuerySet[CronJob] = super().get_queryset(request)
+        return queryset.annotate(
+            job_disabled=Exists(DisabledJob.objects.filter(job_name=OuterRef("job_name")))
+        )
 
     def get_fields(self, request: HttpRequest, obj: CronJob | None = None) -> tuple[str, ...]:
         return (*CronJobForm.Meta.fields, *self.state_fields)
@@ -106,18 +187,21 @@ class CronJobAdmin(IQModelAdmin):
     ) -> forms.Field | None:
         if db_field.name == "priority":
             kwargs.update(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
+        if db_field.name == "every_seconds":
+            # Stored as whole seconds, entered as a duration (CronJobForm converts it). Made
+            # here, not declared on the form, so that it is left out where it is read-only.
+            return forms.DurationField(
+                label="Every",
+                required=False,
+                help_text='An interval instead of a cron expression: "00:05:00" (5 minutes), '
+                '"1 00:00:00" (a day); whole seconds, at least 1.',
+            )
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def save_model(
         self, request: HttpRequest, obj: CronJob, form: forms.ModelForm[CronJob], change: bool
     ) -> None:
-        if change:
-            # Only what the form changed: the leader writes next_run_at and last_run_at meanwhile.
-            obj.save(update_fields=form.changed_data)
-        else:
-            obj.save()
-        if not change or set(form.changed_data) & set(ENTRY_FIELDS):
-            CronJob.objects.reschedule(obj, catalog)
+        operations.save_cron_job(obj, form.changed_data, admin_actor(request), created=not change)
 
     def delete_model(self, request: HttpRequest, obj: CronJob) -> None:
         operations.delete_cron_jobs([obj], admin_actor(request))
@@ -129,6 +213,19 @@ class CronJobAdmin(IQModelAdmin):
     def queue_name(self, cron_job: CronJob) -> str:
         return str(cron_job.queue_id)
 
+    @admin.display(description="schedule", ordering="schedule")
+    def schedule_text(self, cron_job: CronJob) -> str:
+        return cron_job.describe()
+
+    @admin.display(description="status")
+    def status(self, cron_job: CronJob) -> str:
+        """``enabled``, ``disabled`` or ``done`` (a one-off that fired), and whether the job it
+        runs is switched off (its entries then wait, whatever the cron job says)."""
+        job_disabled = getattr(cron_job, "job_disabled", None)
+        if job_disabled is None:  # an object read without the list's annotation
+            job_disabled = DisabledJob.objects.filter(job_name=cron_job.job_name).exists()
+        return cron_job.status(job_disabled)
+
     @admin.display(description="next runs")
     def next_runs(self, cron_job: CronJob) -> SafeString | str:
         try:
@@ -136,11 +233,29 @@ class CronJobAdmin(IQModelAdmin):
         except (ValueError, KeyError):
             return "invalid schedule"
         if not fires:
-            return "disabled"
+            return "done" if cron_job.is_done else "disabled"
         return format_html_join(
             "",
             "<div>{}</div>",
-            ((f"{timezone.localtime(fire):%Y-%m-%d %H:%M %Z}",) for fire in fires),
+            ((_when(timezone.localtime(fire)),) for fire in fires),
+        )
+
+    @admin.display(description="last outcome", ordering="last_outcome")
+    def last_outcome_link(self, cron_job: CronJob) -> SafeString | str:
+        """How the last run ended, linked to its outcome records (a success) or its error
+        records (a failure), found by the entry id the row keeps: no query per row."""
+        if not cron_job.last_outcome or cron_job.last_entry_id is None:
+            return "-"
+        records = (
+            "admin:django_iq_runoutcome_changelist"
+            if cron_job.last_outcome == OutcomeStatus.SUCCEEDED
+            else "admin:django_iq_entryerror_changelist"
+        )
+        return format_html(
+            '<a href="{}?entry_id={}">{}</a>',
+            reverse(records),
+            cron_job.last_entry_id,
+            cron_job.get_last_outcome_display(),
         )
 
     # -- actions -----------------------------------------------------------------------------

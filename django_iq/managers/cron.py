@@ -1,4 +1,5 @@
-"""Cron jobs: sync from settings, one entry per enabled cron job, run now."""
+"""Cron jobs: sync from settings, one entry per enabled cron job (a one-off's when its time
+comes), operators' edits, run now."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, models, router, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.options import JobCatalog
-from django_iq.schedule import next_fire_time
+from django_iq.schedule import every_seconds_of, next_fire_time, next_interval_time
 from django_iq.states import WAITING, EntryState
 
 if TYPE_CHECKING:
@@ -22,6 +23,32 @@ if TYPE_CHECKING:
         CronJob,
         Entry,
     )
+
+# The fields a schedule is made of: changing one starts the cron job's fire times afresh.
+SCHEDULE_FIELDS = ("schedule", "timezone", "every_seconds", "run_once_at")
+# Fields the waiting entry is built from: changing one replaces that entry.
+ENTRY_FIELDS = (*SCHEDULE_FIELDS, "job_name", "args", "kwargs", "queue", "priority")
+
+
+def next_run_of(cron_job: CronJob, after: datetime) -> datetime | None:
+    """The cron job's first fire time after ``after``: an interval's stays on the grid of its
+    last fire (``next_run_at``); a one-off's is its time until it fired, then None."""
+    if cron_job.run_once_at is not None:
+        return None if cron_job.fired_at is not None else cron_job.run_once_at
+    if cron_job.every_seconds is not None:
+        return next_interval_time(cron_job.next_run_at, cron_job.every_seconds, after)
+    return next_fire_time(cron_job.schedule, cron_job.timezone, after)
+
+
+def declared_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    """The schedule fields of a ``DJANGO_IQ["CRON"]`` entry (validated by the system checks)."""
+    every = spec.get("every")
+    return {
+        "schedule": spec.get("schedule") or "",
+        "timezone": spec.get("timezone", "UTC"),
+        "every_seconds": every_seconds_of(every) if every is not None else None,
+        "run_once_at": spec.get("at"),
+    }
 
 
 class CronJobManager(models.Manager["CronJob"]):
@@ -35,16 +62,20 @@ class CronJobManager(models.Manager["CronJob"]):
         return self.filter(pk__in=list(ids)).exclude(is_enabled=enabled).update(is_enabled=enabled)
 
     def run_now(self, cron_job: CronJob, jobs: JobCatalog, now: datetime | None = None) -> bool:
-        """Make the cron job's waiting entry ``pending`` now, creating it if it has none.
+        """Make the cron job's waiting entry ``pending`` now, creating it if it has none (a
+        one-off that has not fired fires now, and is then done).
 
-        Return False if the cron job is disabled or its entry is already pending or running.
+        Return False if the cron job is disabled, a one-off that already fired, or its entry
+        is already pending or running.
         """
         now = now or timezone.now()
-        if not cron_job.is_enabled:
+        if not cron_job.is_enabled or cron_job.is_done:
             return False
         with transaction.atomic(using=router.db_for_write(iq.Entry)):
             if not iq.Entry.objects.filter(cron_job=cron_job).exists():
-                self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name))
+                self.schedule_next(
+                    cron_job, now, jobs.max_attempts_of(cron_job.job_name), fire_now=True
+                )
             return (
                 iq.Entry.objects.filter(cron_job=cron_job, state=EntryState.INITIAL).update(
                     state=EntryState.PENDING, run_at=now
@@ -57,12 +88,11 @@ class CronJobManager(models.Manager["CronJob"]):
     ) -> tuple[int, int]:
         """Make declared cron jobs match ``declared`` (``DJANGO_IQ["CRON"]``), with queues
         defaulting to each job's own; return (created or changed, removed). Whether a job is
-        enabled is left to the operator."""
+        enabled is left to the operator. A changed schedule starts afresh (see ``reschedule``)."""
         changed = 0
         for name, spec in declared.items():
             fields = {
-                "schedule": spec["schedule"],
-                "timezone": spec.get("timezone", "UTC"),
+                **declared_fields(spec),
                 "job_name": spec["job"],
                 "args": list(spec.get("args", [])),
                 "kwargs": dict(spec.get("kwargs", {})),
@@ -77,11 +107,11 @@ class CronJobManager(models.Manager["CronJob"]):
                 self.create(name=name, **fields)
                 changed += 1
             elif any(getattr(row, key) != value for key, value in fields.items()):
-                schedule_changed = (
-                    row.schedule != fields["schedule"] or row.timezone != fields["timezone"]
-                )
+                schedule_changed = any(getattr(row, key) != fields[key] for key in SCHEDULE_FIELDS)
                 for key, value in fields.items():
                     setattr(row, key, value)
+                if schedule_changed:
+                    _start_afresh(row)
                 row.save()
                 if schedule_changed:
                     iq.Entry.objects.filter(cron_job=row, state=EntryState.INITIAL).delete()
@@ -93,25 +123,39 @@ class CronJobManager(models.Manager["CronJob"]):
 
     def ensure_entries(self, now: datetime, jobs: JobCatalog) -> int:
         """Give every enabled cron job without an entry one, ``initial`` until its next fire
-        time; remove the waiting entry of a disabled one. Return entries created."""
+        time (a one-off only once its time has come); remove the waiting entry of a disabled
+        one. Return entries created."""
         for cron_job in self.filter(is_enabled=False, entry__isnull=False):
             iq.Entry.objects.filter(cron_job=cron_job, state__in=WAITING).exclude(
                 Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key")))
             ).delete()
         created = 0
-        for cron_job in self.filter(is_enabled=True, entry__isnull=True):
+        waiting = (
+            self.filter(is_enabled=True, entry__isnull=True)
+            # Done one-offs never fire again; future ones already show their time.
+            .exclude(run_once_at__isnull=False, fired_at__isnull=False)
+            .exclude(run_once_at__gt=now, next_run_at=F("run_once_at"))
+        )
+        for cron_job in waiting:
             if self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name)):
                 created += 1
         return created
 
     def schedule_next(
-        self, cron_job: CronJob | int, now: datetime, max_attempts: int
+        self,
+        cron_job: CronJob | int,
+        now: datetime,
+        max_attempts: int,
+        *,
+        fire_now: bool = False,
     ) -> Entry | None:
         """Create the cron job's entry for its first fire time after ``now``, with
         ``max_attempts`` (its job's).
 
         Fires missed while nothing ran are not replayed: the next entry is always for the next
-        fire time from now, so a missed period runs once (the overdue entry), not N times.
+        fire time from now, so a missed period runs once (the overdue entry), not N times. A
+        one-off gets its entry only when its time has come (or ``fire_now``), marked fired in
+        the same transaction; before that only ``next_run_at`` shows its time.
         """
         if isinstance(cron_job, int):
             found = self.filter(pk=cron_job).first()
@@ -120,7 +164,14 @@ class CronJobManager(models.Manager["CronJob"]):
             cron_job = found
         if not cron_job.is_enabled:
             return None
-        run_at = next_fire_time(cron_job.schedule, cron_job.timezone, now)
+        run_at = next_run_of(cron_job, now)
+        if run_at is None:
+            return None
+        one_off = cron_job.run_once_at is not None
+        if one_off and run_at > now and not fire_now:
+            if cron_job.next_run_at != run_at:
+                self.filter(pk=cron_job.pk).update(next_run_at=run_at)
+            return None
         entry = iq.Entry(
             queue_id=cron_job.queue_id,
             job_name=cron_job.job_name,
@@ -129,25 +180,46 @@ class CronJobManager(models.Manager["CronJob"]):
             priority=cron_job.priority,
             state=EntryState.INITIAL,
             lock_key=f"cron:{cron_job.pk}",
-            run_at=run_at,
+            run_at=min(run_at, now) if one_off else run_at,
             max_attempts=max_attempts,
             enqueued_at=now,
             cron_job=cron_job,
         )
         try:
             with transaction.atomic(using=router.db_for_write(iq.Entry)):
+                if one_off and not self._mark_fired(cron_job, now):
+                    return None
                 entry.save(force_insert=True)
         except IntegrityError:
             return None  # it already has its entry: the unique cron_job column says so
-        self.filter(pk=cron_job.pk).update(next_run_at=run_at)
+        if not one_off:
+            self.filter(pk=cron_job.pk).update(next_run_at=run_at)
         signals.send(signals.entry_enqueued, iq.Entry, entry=entry)
         return entry
 
+    def _mark_fired(self, cron_job: CronJob, now: datetime) -> bool:
+        """Mark a one-off fired, by compare-and-set: of two writers racing (a leader and run
+        now, or two leaders across a failover), only one sees its row change. The caller
+        writes the entry in the same transaction (the leader's: its fence)."""
+        return (
+            self.filter(
+                pk=cron_job.pk, fired_at__isnull=True, run_once_at=cron_job.run_once_at
+            ).update(fired_at=now, next_run_at=None)
+            > 0
+        )
+
     def reschedule(
-        self, cron_job: CronJob, jobs: JobCatalog, now: datetime | None = None
+        self,
+        cron_job: CronJob,
+        jobs: JobCatalog,
+        now: datetime | None = None,
+        *,
+        schedule_changed: bool = True,
     ) -> Entry | None:
         """Replace the cron job's waiting entry with one built from its current fields, after
-        an edit of its schedule, time zone, job, arguments, queue or priority.
+        an edit of its schedule, time zone, job, arguments, queue or priority. A new schedule
+        starts afresh: an interval one interval from now, a one-off (even one that fired) at
+        its time.
 
         An entry already pending or running is left alone; the change applies from the next
         fire. Return the new entry, or None if none was created.
@@ -155,7 +227,36 @@ class CronJobManager(models.Manager["CronJob"]):
         now = now or timezone.now()
         with transaction.atomic(using=router.db_for_write(iq.Entry)):
             iq.Entry.objects.filter(cron_job=cron_job, state=EntryState.INITIAL).delete()
+            if schedule_changed:
+                _start_afresh(cron_job)
+                self.filter(pk=cron_job.pk).update(next_run_at=None, fired_at=None)
             return self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name))
+
+    def save_edited(
+        self, cron_job: CronJob, changed: Iterable[str], jobs: JobCatalog, *, created: bool
+    ) -> list[str]:
+        """Save a cron job an operator created or edited and replace its waiting entry if that
+        is built from what changed. Of an edit, only the ``changed`` fields whose values differ
+        from the stored row are written (the leader writes others meanwhile). Return them."""
+        with transaction.atomic(using=router.db_for_write(self.model)):
+            if created:
+                cron_job.save(force_insert=True)
+                self.reschedule(cron_job, jobs)
+                return []
+            stored = self.select_for_update().get(pk=cron_job.pk)
+            fields = [
+                field.name
+                for field in self.model._meta.fields
+                if field.name in set(changed)
+                and getattr(stored, field.attname) != getattr(cron_job, field.attname)
+            ]
+            if fields:
+                cron_job.save(update_fields=fields)
+            if set(fields) & set(ENTRY_FIELDS):
+                self.reschedule(
+                    cron_job, jobs, schedule_changed=bool(set(fields) & set(SCHEDULE_FIELDS))
+                )
+            return fields
 
     def remove(self, cron_jobs: Iterable[CronJob]) -> int:
         """Delete cron jobs and their entries not running yet; return how many were deleted.
@@ -170,3 +271,9 @@ class CronJobManager(models.Manager["CronJob"]):
             ).delete()
             _, deleted = self.filter(pk__in=ids).delete()
         return deleted.get(self.model._meta.label, 0)
+
+
+def _start_afresh(cron_job: CronJob) -> None:
+    """A new schedule: an interval's grid starts again, a one-off may fire (at its new time)."""
+    cron_job.next_run_at = None
+    cron_job.fired_at = None

@@ -16,7 +16,7 @@ from django_iq.appmodels import iq
 from django_iq.exceptions import SnoozeLimitReached
 from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
-from django_iq.managers.records import keeps_outcomes, return_json, started_at
+from django_iq.managers.records import failure_status, keeps_outcomes, return_json, started_at
 from django_iq.options import JobCatalog
 from django_iq.queries import (
     OutcomeDone,
@@ -147,7 +147,9 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                 self._record_successes(db, [s for s in done if s.entry.pk in deleted], now, jobs)
             crons = [success for success in done if success.entry.cron_job_id is not None]
             for success in sorted(crons, key=lambda s: int(s.entry.cron_job_id or 0)):
-                self._after_cron_run(success.entry, success.at or now, jobs)
+                self._after_cron_run(
+                    success.entry, success.at or now, jobs, OutcomeStatus.SUCCEEDED
+                )
             self._moved_on(db, [s.entry for s in done if s.lock_id is None])
             if not lock_ids:
                 return set()
@@ -182,16 +184,23 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                 entry_id__in=[entry.pk for entry in grouped],
             ).update(entry_id=None)
 
-    def _after_cron_run(self, entry: Entry, now: datetime, jobs: JobCatalog | None) -> None:
-        """Record a cron entry's run and create the next one, in the caller's transaction."""
+    def _after_cron_run(
+        self, entry: Entry, now: datetime, jobs: JobCatalog | None, status: str
+    ) -> None:
+        """Record a cron entry's run (when, how it ended, which entry) and create the next
+        one, in the caller's transaction."""
         if entry.cron_job_id is None:
             return
-        iq.CronJob.objects.filter(pk=entry.cron_job_id).update(last_run_at=now)
+        iq.CronJob.objects.filter(pk=entry.cron_job_id).update(
+            last_run_at=now, last_outcome=status, last_entry_id=entry.pk
+        )
         # The next entry gets its job's attempts; without the registry at hand, this one's.
         max_attempts = (
             jobs.max_attempts_of(entry.job_name) if jobs is not None else entry.max_attempts
         )
-        iq.CronJob.objects.schedule_next(entry.cron_job_id, now, max_attempts)
+        # After the fire time this entry ran for, even if this host's clock is a little behind.
+        after = max(now, entry.run_at)
+        iq.CronJob.objects.schedule_next(entry.cron_job_id, after, max_attempts)
 
     def fail(
         self,
@@ -350,7 +359,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
                 jobs=jobs,
             )
             if entry.cron_job_id is not None:
-                self._after_cron_run(entry, now, jobs)
+                self._after_cron_run(entry, now, jobs, failure_status(failure.exception_class))
             return error
         changes: dict[str, Any] = {"attempts": attempt}
         if failure.priority_decay:

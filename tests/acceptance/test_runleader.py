@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from tests.processes import (
     start_command,
 )
 from tests.testapp.jobs import kill_worker, wait_for_file
-from tests.testapp.models import JobRun
+from tests.testapp.models import JobRun, RecordedRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -162,3 +164,39 @@ def test_bad_options_are_refused_with_a_clear_message(option: list[str], message
     result = manage("runleader", *option)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite",
+    reason="a leader and a worker writing every second contend for SQLite's single writer; "
+    "the cadence is covered in-process by tests/leader/test_cron_schedules.py",
+)
+def test_an_interval_fires_every_second_and_a_one_off_once_under_runleader() -> None:
+    at = datetime.now(UTC) + timedelta(seconds=3)
+    env = command_env(DJANGO_IQ_TEST_SCHEDULES="1", DJANGO_IQ_TEST_SCHEDULES_AT=at.isoformat())
+    leader = start_command("runleader", env=env)
+    worker = start_command("runworker", "--threads", "2", env=env)
+
+    def runs(token: str) -> list[float]:
+        return list(
+            RecordedRun.objects.filter(token=token)
+            .order_by("started_at")
+            .values_list("started_at", flat=True)
+        )
+
+    wait_until(lambda: len(runs("often")) >= 6, timeout=60, message="six interval runs")
+    wait_until(lambda: runs("once"), timeout=30, message="the one-off to run")
+    # Past its time, with the leader still passing every second, the one-off must stay at one.
+    time.sleep(3)  # several leader passes after the one-off ran: none may fire it again
+    often, once = runs("often"), runs("once")
+
+    for command in (leader, worker):
+        command.send_signal(signal.SIGTERM)
+        assert command.finish(30)[0] == 0
+    assert len(once) == 1, f"the one-off ran {len(once)} times"
+    assert once[0] >= at.timestamp(), "not before its time"
+    gaps = [later - earlier for earlier, later in itertools.pairwise(often)]
+    assert min(gaps) >= 0.5, f"runs in a burst (a backlog, or a fire run twice): {gaps}"
+    assert sum(gaps) / len(gaps) <= 1.5, f"about one run a second: {gaps}"
+    cron_job = CronJob.objects.get(name="once")
+    assert cron_job.fired_at is not None and cron_job.last_outcome == "succeeded"

@@ -169,6 +169,6 @@ def test_run_now_makes_the_entry_pending_and_refuses_disabled_cron_jobs(client: 
     assert list(Entry.objects.values_list("cron_job", "state")) == [(enabled.pk, "pending")]
     assert messages_of(response) == [
         f"Made pending now 1 cron job: {enabled.name}. "
-        f"Skipped 1, disabled, or already pending or running: {disabled.name}."
+        f"Skipped 1, disabled, done, or already pending or running: {disabled.name}."
     ]
     assert [e.object_id for e in log_entries()] == [str(enabled.pk)]

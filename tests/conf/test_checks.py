@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -422,7 +423,10 @@ def test_leader_checks_wait_until_the_keys_are_known() -> None:
     assert [e.id for e in check_settings()] == ["django_iq.E002"]
 
 
-CRON_HINT = "Valid keys: job, schedule, timezone, args, kwargs, queue, priority; job and schedule are required."
+CRON_HINT = (
+    "Valid keys: job, schedule, every, at, timezone, args, kwargs, queue, priority; job and one "
+    "of schedule, every and at are required."
+)
 
 
 @pytest.mark.parametrize(
@@ -434,13 +438,13 @@ CRON_HINT = "Valid keys: job, schedule, timezone, args, kwargs, queue, priority;
             'e.g. {"job": "app.jobs.cleanup", "schedule": "0 3 * * *"}',
         ),
         (
-            {"job": "tests.testapp.jobs.noop", "schedule": "* * * * *", "every": 5},
-            "DJANGO_IQ['CRON']['nightly'] has unknown keys ['every'].",
+            {"job": "tests.testapp.jobs.noop", "schedule": "* * * * *", "evry": 5},
+            "DJANGO_IQ['CRON']['nightly'] has unknown keys ['evry'].",
             CRON_HINT,
         ),
         (
             {"job": "tests.testapp.jobs.noop"},
-            "DJANGO_IQ['CRON']['nightly'] is missing ['schedule'].",
+            "DJANGO_IQ['CRON']['nightly'] is missing ['schedule, every or at'].",
             CRON_HINT,
         ),
         (
@@ -479,10 +483,84 @@ def test_e015_cron_schedules_and_time_zones_must_be_valid(
         assert check_leader_settings() == [
             Error(
                 f"DJANGO_IQ['CRON']['nightly']: {problem}",
-                hint="Check the schedule and timezone.",
+                hint="Check the schedule, every, at and timezone.",
                 id="django_iq.E015",
             )
         ]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "problem"),
+    [
+        (
+            {"every": 60},
+            "every must be a timedelta, e.g. timedelta(minutes=5), not int (60).",
+        ),
+        (
+            {"every": timedelta(milliseconds=1500)},
+            "every (0:00:01.500000) must be whole seconds, e.g. timedelta(seconds=90).",
+        ),
+        (
+            {"every": timedelta(0)},
+            "every (0:00:00) must be from 1 second to 366 days.",
+        ),
+        (
+            {"at": datetime(2030, 1, 1, 9)},
+            "at (2030-01-01T09:00:00) has no time zone; pass an aware datetime, e.g. "
+            "datetime(2030, 1, 1, 9, tzinfo=UTC).",
+        ),
+        (
+            {"at": "2030-01-01 09:00"},
+            "at must be an aware datetime, e.g. datetime(2030, 1, 1, 9, tzinfo=UTC), not str "
+            "('2030-01-01 09:00').",
+        ),
+        (
+            {"every": timedelta(minutes=5), "timezone": "Mars/Olympus"},
+            "'Mars/Olympus' is not a known time zone, e.g. 'UTC' or 'Europe/Paris'.",
+        ),
+    ],
+)
+def test_e015_intervals_and_one_off_times_must_be_valid(
+    schedule: dict[str, Any], problem: str
+) -> None:
+    with iq(CRON={"nightly": {"job": "tests.testapp.jobs.noop", **schedule}}):
+        assert check_leader_settings() == [
+            Error(
+                f"DJANGO_IQ['CRON']['nightly']: {problem}",
+                hint="Check the schedule, every, at and timezone.",
+                id="django_iq.E015",
+            )
+        ]
+
+
+@iq(
+    CRON={
+        "nightly": {
+            "job": "tests.testapp.jobs.noop",
+            "schedule": "0 3 * * *",
+            "every": timedelta(days=1),
+        }
+    }
+)
+def test_e015_a_cron_job_has_only_one_kind_of_schedule() -> None:
+    assert check_leader_settings() == [
+        Error(
+            "DJANGO_IQ['CRON']['nightly'] has schedule and every; a cron job has exactly one of "
+            "schedule (a cron expression), every (an interval) and at (one time).",
+            hint="Keep one of them; declare another cron job for another schedule.",
+            id="django_iq.E015",
+        )
+    ]
+
+
+@iq(
+    CRON={
+        "often": {"job": "tests.testapp.jobs.noop", "every": timedelta(seconds=90)},
+        "once": {"job": "tests.testapp.jobs.noop", "at": datetime(2030, 1, 1, 9, tzinfo=UTC)},
+    }
+)
+def test_valid_intervals_and_one_off_times_pass() -> None:
+    assert check_leader_settings() == []
 
 
 @iq(CRON={"nightly": {"job": "billing.invoices.send_all", "schedule": "0 3 * * *"}})

@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from django_iq import operations
 from django_iq.management.commands import iq_status
 from django_iq.management.output import format_seconds, render_table
 from django_iq.models import CronJob, DisabledJob, Entry, EntryError, OperatorAction, Queue, Worker
@@ -680,12 +681,14 @@ def test_cron_list_prints_a_table_of_cron_jobs() -> None:
         "TIMEZONE",
         "JOB",
         "QUEUE",
-        "ENABLED",
+        "STATUS",
         "ENTRY",
         "NEXT",
         "RUN",
         "LAST",
         "RUN",
+        "LAST",
+        "OUTCOME",
     ]
     assert lines[1].split() == [
         "nightly",
@@ -697,15 +700,50 @@ def test_cron_list_prints_a_table_of_cron_jobs() -> None:
         "UTC",
         NOOP,
         "default",
-        "yes",
+        "enabled",
         "-",
         "2030-01-01",
         "03:00:00",
         "UTC",
         "-",
+        "-",
     ]
     assert lines[2].split()[:2] == ["weekly", "0"]
-    assert lines[2].split()[-5:] == ["default", "no", "-", "-", "-"]
+    assert lines[2].split()[-6:] == ["default", "disabled", "-", "-", "-", "-"]
+
+
+def test_cron_list_shows_intervals_one_offs_a_disabled_job_and_the_last_outcome() -> None:
+    CronJobFactory(name="often", schedule="", every_seconds=5400, last_outcome="failed")
+    CronJobFactory(
+        name="once",
+        schedule="",
+        run_once_at=datetime(2030, 1, 1, 9, tzinfo=UTC),
+        fired_at=datetime(2030, 1, 1, 9, tzinfo=UTC),
+        job_name="tests.testapp.jobs.record",
+        args=["x"],
+        last_outcome="succeeded",
+    )
+    operations.disable([NOOP], operations.Actor.of_command("test"))
+
+    lines = run("iq_cron", "list").splitlines()
+
+    assert lines[1].split() == [
+        "often",
+        "every",
+        "1h30m",
+        "UTC",
+        NOOP,
+        "default",
+        "enabled,",
+        "job",
+        "disabled",
+        "-",
+        "-",
+        "-",
+        "failed",
+    ]
+    assert lines[2].split()[:5] == ["once", "once", "at", "2030-01-01", "09:00:00"]
+    assert lines[2].split()[-6:] == ["default", "done", "-", "-", "-", "succeeded"]
 
 
 def test_cron_list_json_matches_the_database() -> None:
@@ -719,15 +757,22 @@ def test_cron_list_json_matches_the_database() -> None:
     assert row == {
         "name": "nightly",
         "schedule": "*/5 * * * *",
+        "every_seconds": None,
+        "at": None,
         "timezone": "UTC",
         "job": NOOP,
         "queue": "default",
         "priority": 0,
         "is_enabled": True,
         "is_declared": False,
+        "is_done": False,
+        "job_disabled": False,
         "entry_state": "initial",
         "next_run_at": row["next_run_at"],
+        "fired_at": None,
         "last_run_at": None,
+        "last_outcome": None,
+        "last_entry_id": None,
     }
     assert nightly.next_run_at is not None
     assert timestamp(row["next_run_at"]) == nightly.next_run_at
@@ -763,7 +808,7 @@ def test_cron_run_now_makes_the_waiting_entry_pending() -> None:
     assert run("iq_cron", "run-now", "nightly") == "Made pending now 1 cron job: nightly.\n"
     assert Entry.objects.pending().get().cron_job_id == nightly.pk
     assert run("iq_cron", "run-now", "nightly") == (
-        "Made pending now 0 cron jobs. Skipped 1, disabled, or already pending or running: nightly.\n"
+        "Made pending now 0 cron jobs. Skipped 1, disabled, done, or already pending or running: nightly.\n"
     )
 
 

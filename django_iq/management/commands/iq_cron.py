@@ -13,7 +13,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django_iq import operations
 from django_iq.conf import iq_settings
 from django_iq.management.output import format_time, render_table
-from django_iq.models import CronJob, Entry
+from django_iq.models import CronJob, DisabledJob, Entry
 
 
 class Command(BaseCommand):
@@ -21,7 +21,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-        listing = actions.add_parser("list", help="List cron jobs, their schedule and next run.")
+        listing = actions.add_parser(
+            "list", help="List cron jobs: schedule, status, next run, last run and its outcome."
+        )
         listing.add_argument("--json", action="store_true", help="Print a JSON document.")
         for action, text in (
             ("enable", "Enable cron jobs: the leader gives each its next entry."),
@@ -44,6 +46,11 @@ class Command(BaseCommand):
 
     def _list(self, *, as_json: bool) -> None:
         cron_jobs = list(CronJob.objects.order_by("name"))
+        disabled_jobs = set(
+            DisabledJob.objects.filter(job_name__in={c.job_name for c in cron_jobs}).values_list(
+                "job_name", flat=True
+            )
+        )
         entries: dict[int, str] = dict(
             Entry.objects.filter(cron_job__isnull=False).values_list("cron_job_id", "state")
         )
@@ -59,15 +66,22 @@ class Command(BaseCommand):
                 {
                     "name": c.name,
                     "schedule": c.schedule,
+                    "every_seconds": c.every_seconds,
+                    "at": c.run_once_at,
                     "timezone": c.timezone,
                     "job": c.job_name,
                     "queue": c.queue_id,
                     "priority": c.priority,
                     "is_enabled": c.is_enabled,
                     "is_declared": c.is_declared,
+                    "is_done": c.is_done,
+                    "job_disabled": c.job_name in disabled_jobs,
                     "entry_state": entry_state[c.pk],
                     "next_run_at": c.next_run_at,
+                    "fired_at": c.fired_at,
                     "last_run_at": c.last_run_at,
+                    "last_outcome": c.last_outcome or None,
+                    "last_entry_id": c.last_entry_id,
                 }
                 for c in cron_jobs
             ]
@@ -82,22 +96,24 @@ class Command(BaseCommand):
             "TIMEZONE",
             "JOB",
             "QUEUE",
-            "ENABLED",
+            "STATUS",
             "ENTRY",
             "NEXT RUN",
             "LAST RUN",
+            "LAST OUTCOME",
         ]
         table = [
             [
                 c.name,
-                c.schedule,
+                c.describe(),
                 c.timezone,
                 c.job_name,
                 c.queue_id,
-                "yes" if c.is_enabled else "no",
+                c.status(c.job_name in disabled_jobs),
                 entry_state[c.pk] or "-",
                 format_time(c.next_run_at) if c.next_run_at else "-",
                 format_time(c.last_run_at) if c.last_run_at else "-",
+                c.last_outcome or "-",
             ]
             for c in cron_jobs
         ]
