@@ -62,8 +62,18 @@ def is_operator(user: Any) -> bool:
 
 
 def missing(user: Any, needed: Iterable[str]) -> list[str]:
-    """The permissions of ``needed`` that ``user`` lacks."""
-    return [permission for permission in needed if not user.has_perm(permission)]
+    """The permissions of ``needed`` that ``user`` lacks. A ``view_`` permission is held also
+    by whoever may change the model's rows, as Django's admin decides (``has_view_permission``)."""
+    return [permission for permission in needed if not _holds(user, permission)]
+
+
+def _holds(user: Any, permission: str) -> bool:
+    if user.has_perm(permission):
+        return True
+    app_label, _, codename = permission.partition(".")
+    if codename.startswith("view_"):
+        return bool(user.has_perm(f"{app_label}.change_{codename.removeprefix('view_')}"))
+    return False
 
 
 def allows(user: Any, needed: Iterable[str]) -> bool:
