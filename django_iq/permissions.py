@@ -19,8 +19,6 @@ VIEW_ERROR = "django_iq.view_entryerror"
 VIEW_QUEUE = "django_iq.view_queue"
 VIEW_WORKER = "django_iq.view_worker"
 VIEW_OUTCOME = "django_iq.view_runoutcome"
-VIEW_CRONJOB = "django_iq.view_cronjob"
-VIEW_BATCH = "django_iq.view_batch"
 
 CANCEL = "django_iq.cancel_entry"
 REQUEUE = "django_iq.requeue_entryerror"
@@ -28,8 +26,6 @@ REQUEUE = "django_iq.requeue_entryerror"
 PAUSE = "django_iq.pause_queue"
 # Disable and enable jobs, run deferred entries now.
 CHANGE_ENTRY = "django_iq.change_entry"
-# Enable, disable and run cron jobs now.
-CHANGE_CRONJOB = "django_iq.change_cronjob"
 # Revoke API tokens in the admin.
 REVOKE_TOKEN = "django_iq.change_apitoken"  # noqa: S105 (a permission name)
 
