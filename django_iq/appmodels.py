@@ -38,6 +38,7 @@ class AppModels:
         OperatorAction: type[models.OperatorAction]
         UniqueKey: type[models.UniqueKey]
         Batch: type[models.Batch]
+        ApiToken: type[models.ApiToken]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

@@ -16,7 +16,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_safe
 
-from django_iq import charts
+from django_iq import charts, permissions
 from django_iq.alarms import Alarm
 from django_iq.managers.jobstats import JobStats, window_start
 from django_iq.managers.limits import JobUsage
@@ -35,7 +35,6 @@ CHART_MINUTES = 60
 # Workers listed, live ones first; stopped rows are kept for WORKER_RETENTION_SECONDS.
 WORKER_LIMIT = 100
 REFRESH_SECONDS = 5
-PERMISSION = "django_iq.view_queue"
 
 
 def format_age(seconds: float | None) -> str:
@@ -291,17 +290,17 @@ def _admin_context(request: HttpRequest, admin_site: AdminSite | None) -> dict[s
     return dict(admin_site.each_context(request))
 
 
-def _check_permission(request: HttpRequest, page: str) -> None:
-    user = request.user
-    if not (user.is_active and user.is_staff and user.has_perm(PERMISSION)):
-        raise PermissionDenied(f"{page} needs staff status and {PERMISSION}.")
+def _check_permission(request: HttpRequest, page: str, needed: tuple[str, ...]) -> None:
+    if not permissions.allows(request.user, needed):
+        raise PermissionDenied(f"{page} needs staff status and {permissions.named(needed)}.")
 
 
 @require_safe
 def job_stats_view(request: HttpRequest, admin_site: AdminSite | None = None) -> HttpResponse:
     """Render each job's runs, failures and duration quantiles over the last hour as an admin
-    page, in one query. Needs what the dashboard needs (``PermissionDenied`` otherwise)."""
-    _check_permission(request, "The job statistics")
+    page, in one query. Needs an active staff user with ``permissions.JOB_STATS``
+    (``PermissionDenied`` otherwise), as the API's job statistics do."""
+    _check_permission(request, "The job statistics", permissions.JOB_STATS)
     now = timezone.now()
     job_stats = JobMinute.objects.last_hour(now)
     context = _admin_context(request, admin_site) | {
@@ -321,11 +320,12 @@ def dashboard_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
     """Render the dashboard, or with ``?partial=1`` only its content (the page re-fetches it
     every REFRESH_SECONDS seconds).
 
-    Needs an active staff user with the ``django_iq.view_queue`` permission; raises
+    Needs an active staff user with ``permissions.DASHBOARD`` (``view_queue`` and
+    ``view_worker``: it lists the worker processes); raises
     ``PermissionDenied`` (403) otherwise. ``admin_site`` gives the page that site's header and
     sidebar (default: ``django.contrib.admin.site``).
     """
-    _check_permission(request, "The queue dashboard")
+    _check_permission(request, "The queue dashboard", permissions.DASHBOARD)
     data = dashboard_data(timezone.now())
     context: dict[str, Any] = {
         "data": data,

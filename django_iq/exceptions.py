@@ -115,3 +115,8 @@ class ParentFailed(IQError):
     """Recorded (never raised) when an entry enqueued with ``using(after=[...])`` ends because a
     parent failed for good or was cancelled; its message names the parent. See
     docs/howto/workflows.md."""
+
+
+class InvalidApiToken(IQError, ValueError):
+    """An API token could not be made as asked: no name, an inactive user, an expiry in the
+    past. See docs/security.md."""

@@ -1,12 +1,13 @@
 """The models: Queue, Entry, GroupLock, EntryError, Worker, CronJob, LeaderLease, DisabledJob,
-RunOutcome, QueueMinute, QueueTotal, JobMinute, OperatorAction, UniqueKey, EntryDependency and
-Batch."""
+RunOutcome, QueueMinute, QueueTotal, JobMinute, OperatorAction, UniqueKey, EntryDependency,
+Batch and ApiToken."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import BaseConstraint, Q
@@ -15,6 +16,7 @@ from django.utils import timezone
 from django_iq.indexes import PartialIndex
 from django_iq.limits import EARLIEST_RUN_AT, LATEST_RUN_AT
 from django_iq.managers import (
+    ApiTokenManager,
     BatchManager,
     CronJobManager,
     EntryDependencyManager,
@@ -724,3 +726,41 @@ class OperatorAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} ({self.door}): {self.message}"
+
+
+class ApiToken(models.Model):
+    """A token a script or CI sends as ``Authorization: Bearer <token>`` to use the API (and
+    the metrics) with ``user``'s permissions. Only the SHA-256 hash of the token is stored;
+    made with ``ApiToken.objects.issue``, revoked through ``operations.revoke_tokens``."""
+
+    name = models.CharField(max_length=100, help_text="What uses the token, e.g. nightly-ci.")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="django_iq_api_tokens"
+    )
+    # The token's first characters, in clear: enough to recognise it, far too few to use it.
+    prefix = models.CharField(max_length=16, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    # Written at most once a minute (LAST_USED_PRECISION in managers/tokens.py).
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Leave empty for a token that does not expire."
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = ApiTokenManager()
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ("-created_at", "-id")
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    def status(self, now: Any = None) -> str:
+        """``"revoked"``, ``"expired"`` or ``"active"`` at ``now`` (default: now)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= (now or timezone.now()):
+            return "expired"
+        return "active"

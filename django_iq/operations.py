@@ -1,6 +1,7 @@
 """What an operator can do, in one place for every door: cancel entries, make deferred entries
 run now, requeue and delete failed entries' error records, pause, resume and compact queues,
-disable and enable jobs, run cron jobs now and delete them. The admin, the API and the ``iq_*`` commands call these functions; each returns an
+disable and enable jobs, run cron jobs now and delete them, issue and revoke API tokens. The
+admin, the API and the ``iq_*`` commands call these functions; each returns an
 ``Outcome`` (done, skipped with reasons, not found) worded one way, and writes one
 ``OperatorAction`` audit record in the same transaction, whichever door it came through.
 
@@ -16,6 +17,7 @@ import os
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import router, transaction
@@ -23,7 +25,15 @@ from django.http import HttpRequest
 
 from django_iq import compaction
 from django_iq.exceptions import QueueNotFound
-from django_iq.models import CronJob, DisabledJob, Entry, EntryError, OperatorAction, Queue
+from django_iq.models import (
+    ApiToken,
+    CronJob,
+    DisabledJob,
+    Entry,
+    EntryError,
+    OperatorAction,
+    Queue,
+)
 from django_iq.registry import catalog
 from django_iq.states import EntryState
 from django_iq.wording import plural
@@ -42,6 +52,7 @@ NOT_DISABLED = "not disabled"
 ALREADY_DISABLED = "already disabled"
 ALREADY_ENABLED = "already enabled"
 CRON_NOT_STARTED = "disabled, done, or already pending or running"
+ALREADY_REVOKED = "already revoked"
 
 
 @dataclass(frozen=True)
@@ -486,6 +497,40 @@ def save_cron_job(
         if not created:
             outcome.notes[cron_job.name] = f" ({', '.join(fields) or 'nothing changed'})"
         return _audited(outcome, actor, f"cron job {cron_job.name}: {cron_job.describe()}")
+
+
+# -- API tokens ------------------------------------------------------------------------------
+
+
+def issue_token(
+    user: Any, name: str, actor: Actor, *, expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
+    """Make an API token acting as ``user``; return its row and the token, shown to the caller
+    once and never stored. Raises ``InvalidApiToken`` (writing nothing) for a bad name, user
+    or expiry."""
+    with _atomic():
+        row, token = ApiToken.objects.issue(user, name, expires_at=expires_at)
+        outcome = Outcome("issue_token", "Issued", ("API token", "API tokens"), done=[str(row)])
+        outcome.detail = f" for {user.get_username()}"
+        _audited(outcome, actor, f"API token {row.pk}")
+        return row, token
+
+
+def revoke_tokens(ids: Iterable[int], actor: Actor) -> Outcome:
+    """Revoke these API tokens: each is refused from its next request on."""
+    wanted = sorted(set(ids))
+    with _atomic():
+        labels = {row.pk: str(row) for row in ApiToken.objects.filter(pk__in=wanted)}
+        revoked, already = ApiToken.objects.revoke(wanted)
+        outcome = Outcome(
+            "revoke_token",
+            "Revoked",
+            ("API token", "API tokens"),
+            done=[labels[pk] for pk in revoked],
+            skipped=dict.fromkeys((labels[pk] for pk in already), ALREADY_REVOKED),
+            not_found=[pk for pk in wanted if pk not in labels],
+        )
+        return _audited(outcome, actor, f"API tokens {_listed(wanted)}")
 
 
 def _listed(items: Sequence[Any]) -> str:

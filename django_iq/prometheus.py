@@ -3,17 +3,18 @@ waiting times and workers from the database on each scrape, and the view serving
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
+from django_iq import bearer, permissions
 from django_iq.alarms import NO_LEADER, QUEUE_REASONS, UNSERVED_JOB
 from django_iq.conf import iq_settings
 from django_iq.managers.jobstats import QUANTILES, JobStats
@@ -244,35 +245,57 @@ def _job_families(jobs: list[JobStats]) -> Iterator[Metric]:
     yield durations
 
 
-def is_authorized(request: HttpRequest) -> bool:
-    """Return True for an active staff user, or a request carrying
-    ``Authorization: Bearer <DJANGO_IQ["METRICS_TOKEN"]>`` when that setting is set."""
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """The answer refusing ``request`` the metrics, or None to serve them.
+
+    Served to a request with ``Authorization: Bearer <token>`` where the token is
+    ``DJANGO_IQ["METRICS_TOKEN"]`` or the API token of an active staff user holding
+    ``permissions.METRICS``; or, without that header, to such a user signed in. 401 (with
+    ``WWW-Authenticate: Bearer``) without usable credentials, 403 for a user lacking the rights.
+    """
+    try:
+        token = bearer.bearer_token(request)
+        expected = iq_settings.METRICS_TOKEN
+        if token is not None and expected and bearer.matches(token, expected):
+            return None
+        bearer.authenticate(request)
+    except bearer.Unauthenticated as exc:
+        return _refuse(401, exc.message, exc.challenge)
     user = getattr(request, "user", None)
-    if user is not None and user.is_active and getattr(user, "is_staff", False):
-        return True
-    token = iq_settings.METRICS_TOKEN
-    if not token:
-        return False
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    # Constant-time comparison, so response times say nothing about how much of a guess matched.
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        given.strip().encode(), str(token).encode()
-    )
+    if user is None or not user.is_authenticated:
+        return _refuse(
+            401,
+            "Authentication required: send Authorization: Bearer <token> with the token of "
+            'DJANGO_IQ["METRICS_TOKEN"] or an API token, or log in as a staff user.',
+            bearer.CHALLENGE,
+        )
+    if not permissions.allows(user, permissions.METRICS):
+        return _refuse(
+            403,
+            f"Forbidden: the metrics need staff status and {permissions.named(permissions.METRICS)}.",
+        )
+    return None
 
 
+def _refuse(status: int, message: str, challenge: str | None = None) -> HttpResponse:
+    response = HttpResponse(f"{message}\n", status=status, content_type="text/plain; charset=utf-8")
+    if challenge is not None:
+        response["WWW-Authenticate"] = challenge
+    return response
+
+
+# The view authenticates its own callers, tokens included: LoginRequiredMiddleware would send
+# Prometheus to a login page, and the view answers 401 itself.
+@login_not_required
 @require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Serve the metrics in the Prometheus text format (version 0.0.4).
 
-    403 unless ``is_authorized(request)``; 501 when prometheus-client is not installed.
+    Refused as ``refusal(request)`` says; 501 when prometheus-client is not installed.
     """
-    if not is_authorized(request):
-        response = HttpResponse(
-            "Forbidden: log in as a staff user, or send Authorization: Bearer <token> with the "
-            'token of DJANGO_IQ["METRICS_TOKEN"].\n',
-            status=403,
-            content_type="text/plain; charset=utf-8",
-        )
+    refused = refusal(request)
+    if refused is not None:
+        response = refused
     else:
         try:
             from prometheus_client import CollectorRegistry, generate_latest

@@ -6,7 +6,17 @@ heartbeat, read by the dashboard's charts and the Prometheus endpoint, which sho
 than rows of numbers; editing them by hand would only falsify the metrics.
 """
 
-from django_iq.admin import audit, batches, cron, entries, errors, outcomes, processes, queues
+from django_iq.admin import (
+    audit,
+    batches,
+    cron,
+    entries,
+    errors,
+    outcomes,
+    processes,
+    queues,
+    tokens,
+)
 from django_iq.admin.common import EstimatedCountPaginator
 
 __all__ = [
@@ -19,4 +29,5 @@ __all__ = [
     "outcomes",
     "processes",
     "queues",
+    "tokens",
 ]

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_iq import operations
+from django_iq import operations, permissions
 from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
@@ -183,7 +183,7 @@ class EntryAdmin(ActionOnlyAdmin):
     # -- actions -----------------------------------------------------------------------------
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_iq.cancel_entry")
+        return request.user.has_perm(permissions.CANCEL)
 
     @staticmethod
     def _job_names(queryset: QuerySet[Entry]) -> list[str]:
@@ -240,7 +240,7 @@ class DisabledJobAdmin(ReadOnlyAdmin):
 
     def has_enable_permission(self, request: HttpRequest) -> bool:
         # The same permission as the entries' "enable job" action: it changes entries' states.
-        return request.user.has_perm("django_iq.change_entry")
+        return request.user.has_perm(permissions.CHANGE_ENTRY)
 
     @admin.action(description="Enable selected jobs", permissions=["enable"])
     def enable_selected_jobs(self, request: HttpRequest, queryset: QuerySet[DisabledJob]) -> None:

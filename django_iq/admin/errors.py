@@ -13,7 +13,7 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_iq import operations
+from django_iq import operations, permissions
 from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
@@ -116,7 +116,7 @@ class EntryErrorAdmin(ActionOnlyAdmin):
     # -- actions -----------------------------------------------------------------------------
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_iq.requeue_entryerror")
+        return request.user.has_perm(permissions.REQUEUE)
 
     @admin.action(description="Requeue selected failed entries", permissions=["requeue"])
     def requeue_errors(self, request: HttpRequest, queryset: QuerySet[EntryError]) -> None:

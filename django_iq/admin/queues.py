@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
-from django_iq import operations
+from django_iq import operations, permissions
 from django_iq.admin.common import admin_actor, log_objects, report_outcome
 from django_iq.dashboard import dashboard_view, job_stats_view
 from django_iq.managers import QueueStats
@@ -166,7 +166,7 @@ class QueueAdmin(admin.ModelAdmin):
     # -- actions -----------------------------------------------------------------------------
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_iq.pause_queue")
+        return request.user.has_perm(permissions.PAUSE)
 
     @admin.action(description="Pause selected queues", permissions=["pause"])
     def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:

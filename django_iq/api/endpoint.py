@@ -1,5 +1,6 @@
-"""What every API view shares: session authentication, staff and permission checks, allowed
-methods, JSON bodies, and errors answered as ``{"error": "..."}`` with their HTTP status."""
+"""What every API view shares: authentication by API token or session (with its CSRF check),
+staff and permission checks, allowed methods, JSON bodies, and errors answered as
+``{"error": "..."}`` with their HTTP status."""
 
 from __future__ import annotations
 
@@ -13,14 +14,10 @@ from django.http.response import HttpResponseBase
 from django.middleware.csrf import get_token
 from django.utils.cache import add_never_cache_headers
 
+from django_iq import bearer, permissions
 from django_iq.exceptions import IQError
 from django_iq.limits import text_problem
 
-CANCEL_PERMISSION = "django_iq.cancel_entry"
-REQUEUE_PERMISSION = "django_iq.requeue_entryerror"
-PAUSE_PERMISSION = "django_iq.pause_queue"
-# Outcome records are shown to whoever may view them in the admin.
-VIEW_OUTCOMES_PERMISSION = "django_iq.view_runoutcome"
 # Most ids one POST may name, so that a request stays one bounded statement on every database.
 MAX_IDS = 1000
 # Ids are 64-bit: a larger number names nothing and some drivers refuse it.
@@ -30,6 +27,7 @@ MAX_ID = 2**63 - 1
 MAX_BODY_DEPTH = 8
 
 View = Callable[..., HttpResponseBase]
+Permissions = tuple[str, ...]
 
 
 class ApiError(IQError):
@@ -40,9 +38,30 @@ class ApiError(IQError):
         self.status = status
         self.message = message
         self.details = details
+        self.headers: dict[str, str] = {}
 
     def response(self) -> JsonResponse:
-        return JsonResponse({"error": self.message, **self.details}, status=self.status)
+        response = JsonResponse({"error": self.message, **self.details}, status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+
+def unauthenticated(message: str, challenge: str = bearer.CHALLENGE) -> ApiError:
+    """A 401 answer inviting the client to authenticate with a bearer token."""
+    error = ApiError(401, message)
+    error.headers["WWW-Authenticate"] = challenge
+    return error
+
+
+def csrf_refusal(reason: str) -> ApiError:
+    """The 403 answer to a session request failing Django's CSRF check."""
+    return ApiError(
+        403,
+        f"CSRF verification failed ({reason}). Send the value of the csrftoken cookie (set by "
+        "any GET of this API) in the X-CSRFToken header, from a page of the same origin, or "
+        "authenticate with an API token (Authorization: Bearer) instead of the session.",
+    )
 
 
 class InvalidParameter(ApiError, ValueError):
@@ -59,15 +78,23 @@ class InvalidParameter(ApiError, ValueError):
 
 
 class Endpoint:
-    """A view refusing, in this order: anonymous users (401), users who are not active staff
-    (403), methods not in ``methods`` (405), and staff without the permission ``methods`` maps
-    the request's method to (403). Any ``ApiError`` raised by the view becomes its JSON answer.
+    """A view refusing, in this order: a bad API token (401), anonymous callers (401), users
+    who are not active staff (403), session requests failing the CSRF check (403), methods not
+    in ``methods`` (405), and users without every permission ``methods`` maps the request's
+    method to (403). Any ``ApiError`` raised by the view becomes its JSON answer.
 
-    Safe requests also make sure the ``csrftoken`` cookie is set, so that a client that logged
-    in can send the token with its POST and DELETE requests; CSRF protection stays on.
+    A request with ``Authorization: Bearer <token>`` acts as the token's user and needs no CSRF
+    token (it sends no cookie a browser could be tricked into sending). Safe session requests
+    make sure the ``csrftoken`` cookie is set, so that a client that logged in can send the
+    token with its POST and DELETE requests.
     """
 
-    def __init__(self, view: View, methods: Mapping[str, str | None]) -> None:
+    # The endpoint checks CSRF itself, for session requests only; LoginRequiredMiddleware
+    # would redirect token requests to a login page: the endpoint answers 401 itself.
+    csrf_exempt = True
+    login_required = False
+
+    def __init__(self, view: View, methods: Mapping[str, Permissions]) -> None:
         functools.update_wrapper(self, view)
         self.view = view
         self.methods = dict(methods)
@@ -75,8 +102,10 @@ class Endpoint:
             self.methods.setdefault("HEAD", self.methods["GET"])
 
     def __call__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        by_token = False
         try:
-            self.check(request)
+            by_token = self.authenticate(request)
+            self.check(request, by_token=by_token)
             for name, values in request.GET.lists():
                 for text in (name, *values):
                     refuse_unstorable_text(text, f"query parameter {name!r:.40}")
@@ -88,38 +117,51 @@ class Endpoint:
             response = self.view(request, *args, **kwargs)
         except ApiError as exc:
             response = exc.response()
-        if request.method in ("GET", "HEAD"):
+        if request.method in ("GET", "HEAD") and not by_token:
             get_token(request)
         add_never_cache_headers(response)
         return response
 
-    def check(self, request: HttpRequest) -> None:
+    def authenticate(self, request: HttpRequest) -> bool:
+        """Act as the user of the request's API token, if it sends one; return whether it does.
+        Raises ``ApiError`` (401) for a bad token."""
+        try:
+            return bearer.authenticate(request)
+        except bearer.Unauthenticated as exc:
+            raise unauthenticated(exc.message, exc.challenge) from None
+
+    def check(self, request: HttpRequest, *, by_token: bool = False) -> None:
         """Raise the ``ApiError`` refusing ``request``, if any."""
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated:
-            raise ApiError(
-                401,
-                "Authentication required: log in as a staff user (the API uses Django's "
-                "session authentication).",
+            raise unauthenticated(
+                "Authentication required: log in as a staff user, or send an API token as "
+                "Authorization: Bearer <token>."
             )
-        if not (user.is_active and user.is_staff):
+        if not permissions.is_operator(user):
             raise ApiError(403, "The django_iq API is for staff users only.")
+        if not by_token and request.method not in ("GET", "HEAD", "OPTIONS", "TRACE"):
+            reason = bearer.csrf_problem(request)
+            if reason is not None:
+                raise csrf_refusal(reason)
         if request.method not in self.methods:
             allowed = ", ".join(sorted(self.methods))
             error = ApiError(405, f"Method {request.method} is not allowed here; use {allowed}.")
             error.details["allowed"] = sorted(self.methods)
             raise error
-        permission = self.methods[request.method]
-        if permission and not user.has_perm(permission):
+        needed = permissions.missing(user, self.methods[request.method])
+        if needed:
             raise ApiError(
-                403, f"{request.method} {request.path} needs the {permission} permission."
+                403,
+                f"{request.method} {request.path} needs the {permissions.named(needed)} "
+                f"permission{'s' if len(needed) > 1 else ''}.",
             )
 
 
-def endpoint(**methods: str | None) -> Callable[[View], Endpoint]:
-    """Make ``view`` an ``Endpoint`` answering ``methods``: ``GET=None`` (staff only) or
-    ``POST="django_iq.pause_queue"`` (staff with that permission)."""
-    wanted = {method.upper(): permission for method, permission in methods.items()}
+def endpoint(**methods: Permissions) -> Callable[[View], Endpoint]:
+    """Make ``view`` an ``Endpoint`` answering ``methods``: ``GET=permissions.ENTRIES`` (staff
+    with every permission named) or ``GET=()`` (any active staff user)."""
+    wanted = {method.upper(): tuple(needed) for method, needed in methods.items()}
 
     def decorate(view: View) -> Endpoint:
         return Endpoint(view, wanted)

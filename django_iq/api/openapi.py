@@ -10,13 +10,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.urls import reverse
 
-from django_iq import __version__
-from django_iq.api.endpoint import (
-    CANCEL_PERMISSION,
-    PAUSE_PERMISSION,
-    REQUEUE_PERMISSION,
-    VIEW_OUTCOMES_PERMISSION,
-)
+from django_iq import __version__, permissions
 from django_iq.api.filters import ENTRY_FILTERS, ERROR_FILTERS, OUTCOME_FILTERS, Param
 from django_iq.api.pagination import FORMAT, NDJSON_CONTENT_TYPE, PAGE_PARAMS
 from django_iq.api.schemas import SCHEMAS, ref
@@ -34,7 +28,8 @@ class Operation:
     description: str = ""
     parameters: tuple[Param, ...] = ()
     path_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
-    permission: str | None = None
+    # Every permission the caller needs, besides being active staff.
+    permissions: tuple[str, ...] = ()
     request_body: dict[str, Any] | None = None
     ndjson_schema: str | None = None
 
@@ -54,6 +49,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "or ask format=ndjson for all of them in one streamed response.",
         parameters=(*ENTRY_FILTERS, *PAGE_PARAMS, FORMAT),
         ndjson_schema="Entry",
+        permissions=permissions.ENTRIES,
     ),
     Operation(
         "/entries/count/",
@@ -63,6 +59,7 @@ OPERATIONS: tuple[Operation, ...] = (
         {200: ("How many entries match.", "Count")},
         "An exact count of the entries matching the same filters as the listing.",
         parameters=ENTRY_FILTERS,
+        permissions=permissions.ENTRIES,
     ),
     Operation(
         "/entries/{entry_id}/",
@@ -74,6 +71,7 @@ OPERATIONS: tuple[Operation, ...] = (
             404: NOT_FOUND_ENTRY,
         },
         path_parameters=ENTRY_ID,
+        permissions=permissions.ENTRY_DETAIL,
     ),
     Operation(
         "/entries/{entry_id}/",
@@ -88,7 +86,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Deletes the entry unless its group lock is held, and records who did it in Django's "
         "admin log.",
         path_parameters=ENTRY_ID,
-        permission=CANCEL_PERMISSION,
+        permissions=(permissions.CANCEL,),
     ),
     Operation(
         "/entries/cancel/",
@@ -98,7 +96,7 @@ OPERATIONS: tuple[Operation, ...] = (
         {200: ("What became of each id.", "CancelResult")},
         "Deletes the entries named, except those a worker is computing (skipped), and records "
         "who did it in Django's admin log, one log entry per entry.",
-        permission=CANCEL_PERMISSION,
+        permissions=(permissions.CANCEL,),
         request_body=ref("Ids"),
     ),
     Operation(
@@ -116,6 +114,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "lists the entries shown as failed.",
         parameters=(*ERROR_FILTERS, *PAGE_PARAMS, FORMAT),
         ndjson_schema="ErrorRecord",
+        permissions=permissions.ERRORS,
     ),
     Operation(
         "/errors/{error_id}/",
@@ -127,6 +126,7 @@ OPERATIONS: tuple[Operation, ...] = (
             404: ("No error record with this id.", "Error"),
         },
         path_parameters={"error_id": {"type": "integer", "minimum": 1}},
+        permissions=permissions.ERRORS,
     ),
     Operation(
         "/errors/requeue/",
@@ -136,7 +136,7 @@ OPERATIONS: tuple[Operation, ...] = (
         {200: ("How many were requeued.", "RequeuedByIds|RequeuedMatching")},
         "Enqueues a fresh entry for each final failure not yet requeued: those named by error "
         "record ids, or every one matching job, exception_class and/or queue (one at least).",
-        permission=REQUEUE_PERMISSION,
+        permissions=(permissions.REQUEUE,),
         request_body={"oneOf": [ref("Ids"), ref("RequeueMatching")]},
     ),
     Operation(
@@ -153,7 +153,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Records of runs that ended (succeeded, failed, timed_out, cancelled), kept for "
         "OUTCOME_RETENTION_SECONDS, matching every filter given, ordered by id.",
         parameters=(*OUTCOME_FILTERS, *PAGE_PARAMS, FORMAT),
-        permission=VIEW_OUTCOMES_PERMISSION,
+        permissions=permissions.OUTCOMES,
         ndjson_schema="OutcomeRecord",
     ),
     Operation(
@@ -165,6 +165,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Counts per state, stored and inferred, read by several queries in one snapshot of the "
         "database (one read-only transaction) so that the invariant can be checked, and the "
         "oldest entry awaiting compute.",
+        permissions=permissions.QUEUES,
     ),
     Operation(
         "/jobs/stats/",
@@ -176,6 +177,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "their heartbeats), the failures among them (every attempt that ended without success, "
         "timeouts included), and the median and 95th percentile of their durations, failures "
         "included, within 11.1 % of the true durations.",
+        permissions=permissions.JOB_STATS,
     ),
     Operation(
         "/queues/{name}/pause/",
@@ -185,7 +187,7 @@ OPERATIONS: tuple[Operation, ...] = (
         {200: ("Paused.", "QueueChange"), 404: ("No queue of this name.", "Error")},
         "Workers stop claiming its entries; running ones finish.",
         path_parameters=QUEUE_NAME,
-        permission=PAUSE_PERMISSION,
+        permissions=(permissions.PAUSE,),
     ),
     Operation(
         "/queues/{name}/resume/",
@@ -194,7 +196,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Resume a queue",
         {200: ("Served again.", "QueueChange"), 404: ("No queue of this name.", "Error")},
         path_parameters=QUEUE_NAME,
-        permission=PAUSE_PERMISSION,
+        permissions=(permissions.PAUSE,),
     ),
     Operation(
         "/openapi.json",
@@ -231,13 +233,16 @@ def _operation(op: Operation) -> dict[str, Any]:
                 "description": "One such JSON object per line (format=ndjson).",
             }
         responses[str(status)] = {"description": description, "content": content}
+    needs = permissions.named(op.permissions)
     refusals = {
         "400": "Bad or unknown parameters, or a bad body: the message names the parameter, "
         "the value and what is expected.",
-        "401": "Not logged in.",
+        "401": "Not logged in, or an API token that is unknown, expired or revoked.",
         "403": "Not active staff"
-        + (f", or without the {op.permission} permission" if op.permission else "")
-        + (", or the CSRF token is missing or wrong." if op.method != "get" else "."),
+        + (f", or without {needs}" if op.permissions else "")
+        + (
+            ", or (session only) the CSRF token is missing or wrong." if op.method != "get" else "."
+        ),
         "405": "Method not allowed here.",
     }
     for code, description in refusals.items():
@@ -249,10 +254,10 @@ def _operation(op: Operation) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": schema}
         for name, schema in op.path_parameters.items()
     ] + [_parameter(param) for param in op.parameters]
-    security: list[dict[str, list[str]]] = [{"session": []}]
+    security: list[dict[str, list[str]]] = [{"bearer": []}, {"session": []}]
     if op.method != "get":
-        security = [{"session": [], "csrf": []}]
-    permission = f" Needs the {op.permission} permission." if op.permission else ""
+        security = [{"bearer": []}, {"session": [], "csrf": []}]
+    permission = f" Needs {needs}." if op.permissions else ""
     operation: dict[str, Any] = {
         "operationId": op.operation_id,
         "summary": op.summary,
@@ -261,8 +266,7 @@ def _operation(op: Operation) -> dict[str, Any]:
         "responses": responses,
         "security": security,
     }
-    if op.permission:
-        operation["x-permission"] = op.permission
+    operation["x-permissions"] = list(op.permissions)
     if op.request_body is not None:
         operation["requestBody"] = {
             "required": True,
@@ -289,14 +293,23 @@ def document(request: HttpRequest | None = None) -> dict[str, Any]:
             "version": __version__,
             "description": "Inspect, count and cancel entries, requeue failures, read queue "
             'and job statistics and pause or resume queues. JSON; errors are {"error": "..."}. '
-            "Staff users authenticate with Django's session; POST and DELETE also need the "
-            "CSRF token (any GET of the API sets the csrftoken cookie).",
+            "Staff users authenticate with an API token (Authorization: Bearer <token>) or "
+            "Django's session; with the session, POST and DELETE also need the CSRF token (any "
+            "GET of the API sets the csrftoken cookie). Each operation needs the permissions "
+            "listed in its x-permissions.",
         },
         "servers": [{"url": request.build_absolute_uri(root) if request else root}],
         "paths": paths,
         "components": {
             "schemas": SCHEMAS,
             "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An API token (django_iq ApiToken) of a staff user, made in "
+                    "the admin or with manage.py iq_token create; it acts with that user's "
+                    "permissions and needs no CSRF token.",
+                },
                 "session": {
                     "type": "apiKey",
                     "in": "cookie",

@@ -14,16 +14,13 @@ from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
 
-from django_iq import operations
+from django_iq import operations, permissions
 from django_iq.api import openapi
 from django_iq.api.endpoint import (
-    CANCEL_PERMISSION,
-    PAUSE_PERMISSION,
-    REQUEUE_PERMISSION,
-    VIEW_OUTCOMES_PERMISSION,
     ApiError,
     Endpoint,
     InvalidParameter,
+    csrf_refusal,
     endpoint,
     read_ids,
     read_json_object,
@@ -122,13 +119,13 @@ def _entries() -> QuerySet[Entry]:
     )
 
 
-@endpoint(GET=None)
+@endpoint(GET=permissions.ENTRIES)
 def entry_list(request: HttpRequest) -> HttpResponseBase:
     """List entries matching the filters, by id, a page at a time or streamed as NDJSON."""
     return _listing(request, _entries(), ENTRY_FILTERS, entry_summary)
 
 
-@endpoint(GET=None)
+@endpoint(GET=permissions.ENTRIES)
 def entry_count(request: HttpRequest) -> HttpResponseBase:
     """Count the entries matching the filters (an exact count)."""
     values = parse_query(request.GET, ENTRY_FILTERS)
@@ -136,7 +133,7 @@ def entry_count(request: HttpRequest) -> HttpResponseBase:
     return JsonResponse({"count": count, "estimated": False})
 
 
-@endpoint(GET=None, DELETE=CANCEL_PERMISSION)
+@endpoint(GET=permissions.ENTRY_DETAIL, DELETE=(permissions.CANCEL,))
 def entry(request: HttpRequest, entry_id: int) -> HttpResponseBase:
     """GET: inspect one entry, its lock and its failed attempts. DELETE: cancel it."""
     parse_query(request.GET, ())
@@ -165,7 +162,7 @@ def _entry_not_found(request: HttpRequest, entry_id: int) -> ApiError:
     )
 
 
-@endpoint(POST=CANCEL_PERMISSION)
+@endpoint(POST=(permissions.CANCEL,))
 def entry_cancel(request: HttpRequest) -> HttpResponseBase:
     """Cancel the entries of ``{"ids": [...]}``, except those a worker is computing."""
     parse_query(request.GET, ())
@@ -204,19 +201,19 @@ def _cancel(request: HttpRequest, ids: list[int], *, single: bool) -> HttpRespon
     return JsonResponse(result)
 
 
-@endpoint(GET=None)
+@endpoint(GET=permissions.ERRORS)
 def error_list(request: HttpRequest) -> HttpResponseBase:
     """List failed attempts matching the filters, by id (tracebacks left out)."""
     return _listing(request, EntryError.objects.all(), ERROR_FILTERS, error_dict)
 
 
-@endpoint(GET=VIEW_OUTCOMES_PERMISSION)
+@endpoint(GET=permissions.OUTCOMES)
 def outcome_list(request: HttpRequest) -> HttpResponseBase:
     """List the records of runs that ended, matching the filters, by id."""
     return _listing(request, RunOutcome.objects.all(), OUTCOME_FILTERS, outcome_dict)
 
 
-@endpoint(GET=None)
+@endpoint(GET=permissions.ERRORS)
 def error(request: HttpRequest, error_id: int) -> HttpResponseBase:
     """Inspect one failed attempt, traceback included."""
     parse_query(request.GET, ())
@@ -226,7 +223,7 @@ def error(request: HttpRequest, error_id: int) -> HttpResponseBase:
     return JsonResponse(error_dict(found, with_traceback=True))
 
 
-@endpoint(POST=REQUEUE_PERMISSION)
+@endpoint(POST=(permissions.REQUEUE,))
 def error_requeue(request: HttpRequest) -> HttpResponseBase:
     """Requeue failed entries: those of ``{"ids": [...]}`` (error record ids), or every one
     matching ``{"job": ..., "exception_class": ..., "queue": ...}`` (one key at least)."""
@@ -292,7 +289,7 @@ def _log_matching(request: HttpRequest, matching: dict[str, Any], count: int) ->
     )
 
 
-@endpoint(GET=None)
+@endpoint(GET=permissions.QUEUES)
 def queue_list(request: HttpRequest) -> HttpResponseBase:
     """Every queue with its counts per state, whether the state invariant holds, and its
     oldest entry awaiting compute."""
@@ -309,7 +306,7 @@ def queue_list(request: HttpRequest) -> HttpResponseBase:
     )
 
 
-@endpoint(GET=None)
+@endpoint(GET=permissions.JOB_STATS)
 def job_stats(request: HttpRequest) -> HttpResponseBase:
     """Each job with runs that ended in the last hour: how many, the failures among them, and
     the median and 95th percentile of their durations."""
@@ -324,13 +321,13 @@ def job_stats(request: HttpRequest) -> HttpResponseBase:
     )
 
 
-@endpoint(POST=PAUSE_PERMISSION)
+@endpoint(POST=(permissions.PAUSE,))
 def queue_pause(request: HttpRequest, name: str) -> HttpResponseBase:
     """Stop serving a queue; entries already running finish."""
     return _set_paused(request, name, paused=True)
 
 
-@endpoint(POST=PAUSE_PERMISSION)
+@endpoint(POST=(permissions.PAUSE,))
 def queue_resume(request: HttpRequest, name: str) -> HttpResponseBase:
     """Serve a paused queue again."""
     return _set_paused(request, name, paused=False)
@@ -361,7 +358,7 @@ def _set_paused(request: HttpRequest, name: str, *, paused: bool) -> HttpRespons
     )
 
 
-@endpoint(GET=None)
+@endpoint(GET=permissions.OPENAPI)
 def openapi_document(request: HttpRequest) -> HttpResponseBase:
     """The OpenAPI 3.1 document of this API."""
     parse_query(request.GET, ())
@@ -379,8 +376,4 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponseBase:
         from django.views.csrf import csrf_failure as django_csrf_failure
 
         return django_csrf_failure(request, reason)
-    return ApiError(
-        403,
-        f"CSRF verification failed ({reason}). Send the value of the csrftoken cookie (set by "
-        "any GET of this API) in the X-CSRFToken header, from a page of the same origin.",
-    ).response()
+    return csrf_refusal(reason).response()

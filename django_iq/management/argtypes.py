@@ -62,3 +62,17 @@ def non_empty(value: str) -> str:
     if not value.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return value.strip()
+
+
+def add_ids_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """The repeatable, required ``--id N...`` option, into ``options["ids"]``."""
+    parser.add_argument(
+        "--id",
+        dest="ids",
+        type=positive_int,
+        action="extend",
+        nargs="+",
+        required=True,
+        metavar="N",
+        help=help_text,
+    )

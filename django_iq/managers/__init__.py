@@ -15,12 +15,14 @@ from django_iq.managers.metrics import QueueMinuteManager, QueueTally, QueueTota
 from django_iq.managers.outcomes import Failure, Success
 from django_iq.managers.queues import QueueManager, QueueStats
 from django_iq.managers.records import RunOutcomeManager
+from django_iq.managers.tokens import ApiTokenManager
 from django_iq.managers.uniquekeys import UniqueKeyManager
 from django_iq.managers.workers import WorkerManager
 
 __all__ = [
     "ENQUEUE_BATCH_SIZE",
     "LEASE_NAME",
+    "ApiTokenManager",
     "BatchManager",
     "Claim",
     "CronJobManager",

@@ -23,6 +23,7 @@ from django.urls import reverse
 
 from django_iq import operations
 from django_iq.models import (
+    ApiToken,
     Batch,
     CronJob,
     DisabledJob,
@@ -147,6 +148,7 @@ def make_one_of_each() -> dict[type[Model], Model]:
         OperatorAction: an_operator_action(),
         JobLimit: JobLimit.objects.create(job_name="tests.testapp.jobs.capped", max_concurrency=3),
         Batch: Batch.objects.create(on_complete="tests.testapp.jobs.batch_done"),
+        ApiToken: ApiToken.objects.issue(User.objects.create_user("ci-robot"), "ci")[0],
     }
 
 
@@ -163,6 +165,7 @@ ALL_MODELS = [
     OperatorAction,
     JobLimit,
     Batch,
+    ApiToken,
 ]
 
 
@@ -200,7 +203,7 @@ def test_metric_tables_are_left_to_the_dashboard_and_not_registered() -> None:
 
 
 @pytest.mark.parametrize(
-    "model", [model for model in ALL_MODELS if model not in (Queue, CronJob, JobLimit)]
+    "model", [model for model in ALL_MODELS if model not in (Queue, CronJob, JobLimit, ApiToken)]
 )
 def test_rows_written_by_processes_cannot_be_added_by_hand(
     client: Client, model: type[Model]
@@ -257,7 +260,7 @@ def test_dashboard_route_sends_anonymous_users_to_the_admin_login(client: Client
 
 
 def test_app_index_links_to_the_dashboard(client: Client) -> None:
-    login(client, "view_queue")
+    login(client, "view_queue", "view_worker")
 
     response = client.get(reverse("admin:app_list", args=["django_iq"]))
 
@@ -273,6 +276,17 @@ def test_app_index_hides_the_dashboard_link_from_users_who_may_not_see_it(client
 
     assert response.status_code == 200
     assert reverse("admin:django_iq_dashboard") not in response.content.decode()
+
+
+def test_app_index_links_the_job_statistics_without_the_dashboard_for_queue_viewers(
+    client: Client,
+) -> None:
+    login(client, "view_queue")
+
+    page = client.get(reverse("admin:app_list", args=["django_iq"])).content.decode()
+
+    assert reverse("admin:django_iq_job_stats") in page
+    assert reverse("admin:django_iq_dashboard") not in page, "the dashboard needs view_worker"
 
 
 def test_queue_changelist_links_to_the_dashboard(client: Client) -> None:

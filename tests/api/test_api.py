@@ -28,7 +28,10 @@ from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db
 
-PERMISSIONS = ("cancel_entry", "requeue_entryerror", "pause_queue", "view_runoutcome")
+# The view permissions of the API's reads, and the permissions of its actions.
+VIEWS = ("view_entry", "view_entryerror", "view_queue", "view_runoutcome")
+ACTIONS = ("cancel_entry", "requeue_entryerror", "pause_queue")
+PERMISSIONS = VIEWS + ACTIONS
 
 
 def url(name: str, *args: Any) -> str:
@@ -80,6 +83,12 @@ class Api:
 def staff() -> Api:
     """A staff user without any of the API's custom permissions."""
     return Api(make_user("staff"))
+
+
+@pytest.fixture
+def viewer() -> Api:
+    """A staff user with the view permissions of the API's reads, and none of its actions."""
+    return Api(make_user("viewer", perms=VIEWS))
 
 
 @pytest.fixture
@@ -171,12 +180,13 @@ def test_staff_without_the_permission_cannot_change_anything(
     assert not LogEntry.objects.exists()
 
 
-def test_staff_without_custom_permissions_may_read(staff: Api) -> None:
+def test_staff_without_view_permissions_may_not_read(staff: Api) -> None:
     EntryFactory()
 
-    assert staff.get(url("entry-list")).status_code == 200
-    assert staff.get(url("queue-list")).status_code == 200
-    assert staff.get(url("job-stats")).status_code == 200
+    for name in ("entry-list", "entry-count", "error-list", "queue-list", "job-stats"):
+        response = staff.get(url(name))
+        assert response.status_code == 403, name
+        assert "needs the django_iq.view_" in response.json()["error"], name
 
 
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(operator: Api) -> None:
@@ -222,15 +232,15 @@ def test_a_method_not_allowed_is_answered_405_json_with_the_allowed_ones(operato
     }
 
 
-def test_responses_are_never_cached(staff: Api) -> None:
-    response = staff.get(url("queue-list"))
+def test_responses_are_never_cached(viewer: Api) -> None:
+    response = viewer.get(url("queue-list"))
 
     assert "no-cache" in response["Cache-Control"]
     assert "private" in response["Cache-Control"]
 
 
-def test_an_unknown_query_parameter_is_refused_even_where_none_are_taken(staff: Api) -> None:
-    response = staff.get(url("queue-list"), name="default")
+def test_an_unknown_query_parameter_is_refused_even_where_none_are_taken(viewer: Api) -> None:
+    response = viewer.get(url("queue-list"), name="default")
 
     assert response.status_code == 400
     assert response.json() == {
@@ -242,7 +252,7 @@ def test_an_unknown_query_parameter_is_refused_even_where_none_are_taken(staff: 
 # -- entries ----------------------------------------------------------------------------------
 
 
-def test_inspect_shows_inputs_states_lock_and_failed_attempts(staff: Api) -> None:
+def test_inspect_shows_inputs_states_lock_and_failed_attempts(viewer: Api) -> None:
     entry = record.using(queue="emails", priority=5, group_key="order:7").enqueue(
         "token-1", seconds=0.5
     )
@@ -256,7 +266,7 @@ def test_inspect_shows_inputs_states_lock_and_failed_attempts(staff: Api) -> Non
     )
     EntryErrorFactory(entry_id=entry.pk + 1000)  # another entry's
 
-    response = staff.get(url("entry", entry.pk))
+    response = viewer.get(url("entry", entry.pk))
 
     assert response.status_code == 200
     body = response.json()
@@ -319,17 +329,17 @@ def test_inspect_shows_inputs_states_lock_and_failed_attempts(staff: Api) -> Non
     ],
 )
 def test_inspect_infers_the_state_of_an_entry_without_a_lock(
-    staff: Api, traits: dict[str, bool], stored: str, inferred: str
+    viewer: Api, traits: dict[str, bool], stored: str, inferred: str
 ) -> None:
     entry = EntryFactory(**traits)
 
-    body = staff.get(url("entry", entry.pk)).json()
+    body = viewer.get(url("entry", entry.pk)).json()
 
     assert (body["state"], body["inferred_state"], body["lock"]) == (stored, inferred, None)
 
 
-def test_inspecting_a_missing_entry_is_a_404_pointing_at_its_failures(staff: Api) -> None:
-    response = staff.get(url("entry", 987654))
+def test_inspecting_a_missing_entry_is_a_404_pointing_at_its_failures(viewer: Api) -> None:
+    response = viewer.get(url("entry", 987654))
 
     assert response.status_code == 404
     assert response.json() == {
@@ -453,16 +463,16 @@ def test_a_bad_cancel_body_is_a_400_saying_what_is_wrong(
 # -- errors -----------------------------------------------------------------------------------
 
 
-def test_an_error_record_shows_its_traceback(staff: Api) -> None:
+def test_an_error_record_shows_its_traceback(viewer: Api) -> None:
     error = EntryErrorFactory(traceback="Traceback ...\nKeyError: 'sku'\n")
 
-    body = staff.get(url("error", error.pk)).json()
+    body = viewer.get(url("error", error.pk)).json()
 
     assert (body["id"], body["traceback"]) == (error.pk, "Traceback ...\nKeyError: 'sku'\n")
 
 
-def test_a_missing_error_record_is_a_404(staff: Api) -> None:
-    response = staff.get(url("error", 987654))
+def test_a_missing_error_record_is_a_404(viewer: Api) -> None:
+    response = viewer.get(url("error", 987654))
 
     assert response.status_code == 404
     assert response.json() == {
@@ -563,7 +573,7 @@ def test_a_requeue_without_a_clear_target_is_a_400(
 # -- queues -----------------------------------------------------------------------------------
 
 
-def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> None:
+def test_queue_list_reports_counts_invariant_and_oldest_waiting(viewer: Api) -> None:
     now = timezone.now()
     emails = QueueFactory(name="emails", weight=2, max_concurrency=4)
     QueueFactory(name="reports", is_paused=True)
@@ -574,7 +584,7 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
     EntryFactory(queue=emails, disabled=True)
     EntryErrorFactory(queue=emails)
 
-    body = staff.get(url("queue-list")).json()
+    body = viewer.get(url("queue-list")).json()
 
     by_name = {queue["name"]: queue for queue in body["queues"]}
     assert list(by_name) == ["emails", "reports"]
@@ -631,7 +641,7 @@ def test_queue_list_reports_counts_invariant_and_oldest_waiting(staff: Api) -> N
     }
 
 
-def test_queue_list_reports_broken_counts_and_alarms(staff: Api) -> None:
+def test_queue_list_reports_broken_counts_and_alarms(viewer: Api) -> None:
     # An entry locked by a worker that stopped; another waiting for ten minutes in a queue
     # of a 60-second threshold that no live worker serves (the only worker serves "other").
     stopped = WorkerFactory(queues=["other"])
@@ -641,7 +651,7 @@ def test_queue_list_reports_broken_counts_and_alarms(staff: Api) -> None:
     ago = timezone.now() - timedelta(minutes=10)
     EntryFactory(queue=emails, enqueued_at=ago, run_at=ago)
 
-    by_name = {queue["name"]: queue for queue in staff.get(url("queue-list")).json()["queues"]}
+    by_name = {queue["name"]: queue for queue in viewer.get(url("queue-list")).json()["queues"]}
 
     assert by_name["default"]["invariant_holds"] is False
     assert by_name["default"]["locked_by_dead_workers"] == 1
@@ -708,10 +718,10 @@ def test_a_queue_name_with_a_slash_can_be_paused(operator: Api) -> None:
 # -- metrics, routed next to the API ----------------------------------------------------------
 
 
-def test_the_metrics_route_serves_the_prometheus_view(staff: Api) -> None:
+def test_the_metrics_route_serves_the_prometheus_view(viewer: Api) -> None:
     EntryFactory()
 
-    response = staff.client.get(reverse("django_iq:metrics"))
+    response = viewer.client.get(reverse("django_iq:metrics"))
 
     assert response.status_code == 200
     assert b'django_iq_queue_entries{queue="default",state="pending"} 1.0' in response.content

@@ -16,7 +16,7 @@ from django_iq.api.endpoint import Endpoint
 from django_iq.api.openapi import document
 from django_iq.api.pagination import encode_cursor
 from django_iq.models import JobMinute
-from tests.api.test_api import PERMISSIONS, Api, make_user
+from tests.api.test_api import PERMISSIONS, VIEWS, Api, make_user
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory, RunOutcomeFactory
 
 pytestmark = pytest.mark.django_db
@@ -124,11 +124,13 @@ def test_every_routed_api_url_is_documented_with_its_methods_and_permissions(
     )
     for path, endpoint in routed.items():
         methods = {
-            method.lower(): perm for method, perm in endpoint.methods.items() if method != "HEAD"
+            method.lower(): list(perms)
+            for method, perms in endpoint.methods.items()
+            if method != "HEAD"
         }
         assert set(doc["paths"][path]) == set(methods), path
-        for method, permission in methods.items():
-            assert doc["paths"][path][method].get("x-permission") == permission, (path, method)
+        for method, needed in methods.items():
+            assert doc["paths"][path][method]["x-permissions"] == needed, (path, method)
 
 
 def test_every_path_parameter_is_declared_and_every_reference_resolves(
@@ -159,8 +161,8 @@ def example(parameter: dict[str, Any]) -> str:
 
 
 def test_every_documented_query_parameter_is_accepted(doc: dict[str, Any]) -> None:
-    # Staff, with the one permission a listing needs (outcome records).
-    api = Api(make_user("staff", perms=("view_runoutcome",)))
+    # Staff, with the view permissions the listings need.
+    api = Api(make_user("staff", perms=VIEWS))
     QueueFactory(name="default")
     for path, operations in doc["paths"].items():
         operation = operations.get("get")
@@ -284,4 +286,6 @@ def test_the_served_document_names_the_server_the_api_answers_at() -> None:
     response = Api(make_user("staff")).get("/iq/api/openapi.json")
 
     assert response.json()["servers"] == [{"url": "http://testserver/iq/api"}]
-    assert response.json()["components"]["securitySchemes"]["session"]["name"] == "sessionid"
+    schemes = response.json()["components"]["securitySchemes"]
+    assert schemes["session"]["name"] == "sessionid"
+    assert (schemes["bearer"]["type"], schemes["bearer"]["scheme"]) == ("http", "bearer")

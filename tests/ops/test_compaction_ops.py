@@ -109,7 +109,9 @@ def test_merged_counts_are_shown_by_prometheus_the_api_iq_status_and_the_dashboa
     run()
     staff = User.objects.create_user("ops", is_staff=True)
     staff.user_permissions.add(
-        Permission.objects.get(content_type__app_label="django_iq", codename="view_queue")
+        *Permission.objects.filter(
+            content_type__app_label="django_iq", codename__in=("view_queue", "view_worker")
+        )
     )
     client.force_login(staff)
 

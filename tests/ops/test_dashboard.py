@@ -37,7 +37,9 @@ def make_user(*, is_staff: bool, can_view: bool, username: str = "operator") -> 
     user = User.objects.create_user(username, password="unused", is_staff=is_staff)
     if can_view:
         user.user_permissions.add(
-            Permission.objects.get(content_type__app_label="django_iq", codename="view_queue")
+            *Permission.objects.filter(
+                content_type__app_label="django_iq", codename__in=("view_queue", "view_worker")
+            )
         )
     return user
 
@@ -126,7 +128,9 @@ def test_format_age_reads_like_a_person_would_say_it(seconds: float | None, text
 
 
 @pytest.mark.django_db
-def test_staff_user_with_view_queue_permission_gets_the_page(operator_client: Client) -> None:
+def test_staff_user_with_view_queue_and_view_worker_permissions_gets_the_page(
+    operator_client: Client,
+) -> None:
     response = operator_client.get(URL)
 
     assert response.status_code == 200
@@ -137,7 +141,7 @@ def test_staff_user_with_view_queue_permission_gets_the_page(operator_client: Cl
 @pytest.mark.parametrize(
     ("is_staff", "can_view"), [(True, False), (False, True), (False, False)], ids=str
 )
-def test_user_without_staff_status_or_view_queue_permission_gets_403(
+def test_user_without_staff_status_or_view_permissions_gets_403(
     client: Client, is_staff: bool, can_view: bool
 ) -> None:
     client.force_login(make_user(is_staff=is_staff, can_view=can_view))

@@ -10,14 +10,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 from django.test import Client, modify_settings
+from django.urls import reverse
 from django.utils import timezone
 
 from django_iq.alarms import Alarm
 from django_iq.managers import QueueTally
 from django_iq.managers.metrics import minute_of
-from django_iq.models import Entry, Queue, QueueMinute, Worker
+from django_iq.models import ApiToken, Entry, Queue, QueueMinute, Worker
 from django_iq.prometheus import read_scrape
 from django_iq.snapshot import read_snapshot
 from tests.conftest import iq_settings_with
@@ -248,7 +250,22 @@ def test_health_answers_under_login_required_middleware(client: Client) -> None:
     response = client.get(HEALTH)
 
     assert (response.status_code, response.json()) == (200, {"status": "ok"})
-    assert client.get("/iq/api/queues/").status_code == 302, "the rest still needs a login"
+    # The rest still needs a login: the admin redirects to it; the API and the metrics, which
+    # take API tokens too, answer 401 themselves instead of redirecting a script to a form.
+    assert client.get(reverse("admin:django_iq_entry_changelist")).status_code == 302
+    assert client.get("/iq/api/queues/").status_code == 401
+    assert client.get("/iq/metrics/").status_code == 401
+
+
+@modify_settings(MIDDLEWARE={"append": "django.contrib.auth.middleware.LoginRequiredMiddleware"})
+def test_api_tokens_work_under_login_required_middleware(client: Client) -> None:
+    user = User.objects.create_user("robot", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_queue"))
+    _row, token = ApiToken.objects.issue(user, "ci")
+
+    response = client.get("/iq/api/queues/", headers={"Authorization": f"Bearer {token}"})
+
+    assert response.status_code == 200
 
 
 def test_health_takes_thirteen_queries_whatever_the_data(

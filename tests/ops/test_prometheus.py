@@ -8,14 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_iq.managers.metrics import DURATION_BUCKETS_SECONDS
-from django_iq.models import Worker
+from django_iq.models import ApiToken, Worker
 from django_iq.prometheus import CONTENT_TYPE, IQCollector, read_scrape
 from django_iq.worker import WorkerProcess
 from tests.conftest import iq_settings_with
@@ -42,9 +42,18 @@ def value(found: Samples, name: str, **labels: str) -> float:
     return found[(name, tuple(sorted(labels.items())))]
 
 
+def staff_user(username: str = "ops", *codenames: str) -> User:
+    user = User.objects.create_user(username, password="unused", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="django_iq", codename__in=codenames)
+    )
+    return user
+
+
 @pytest.fixture
 def staff_client(client: Client) -> Client:
-    client.force_login(User.objects.create_user("ops", password="unused", is_staff=True))
+    """Signed in as staff with the view permission the metrics need (permissions.METRICS)."""
+    client.force_login(staff_user("ops", "view_queue"))
     return client
 
 
@@ -214,18 +223,55 @@ def test_response_is_the_text_format_and_never_cached(staff_client: Client) -> N
 
 
 @pytest.mark.django_db
-def test_anonymous_scrape_is_forbidden(client: Client) -> None:
+def test_anonymous_scrape_is_unauthorized_with_a_bearer_challenge(client: Client) -> None:
     response = client.get(URL)
 
-    assert response.status_code == 403
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Bearer realm="django_iq"'
     assert b"METRICS_TOKEN" in response.content
 
 
 @pytest.mark.django_db
 def test_logged_in_user_without_staff_status_is_forbidden(client: Client) -> None:
-    client.force_login(User.objects.create_user("visitor", password="unused"))
+    user = User.objects.create_user("visitor", password="unused")
+    user.user_permissions.add(Permission.objects.get(codename="view_queue"))
+    client.force_login(user)
 
     assert client.get(URL).status_code == 403
+
+
+@pytest.mark.django_db
+def test_staff_without_the_view_permission_is_forbidden(client: Client) -> None:
+    client.force_login(staff_user("ops", "view_entry", "view_worker"))
+
+    response = client.get(URL)
+
+    assert response.status_code == 403
+    assert b"django_iq.view_queue" in response.content
+
+
+@pytest.mark.django_db
+def test_an_api_token_of_staff_with_the_view_permission_may_scrape(client: Client) -> None:
+    EntryFactory()
+    _row, token = ApiToken.objects.issue(staff_user("prometheus", "view_queue"), "scraper")
+
+    found = scrape(client, authorization=f"Bearer {token}")
+
+    assert value(found, "django_iq_queue_entries", queue="default", state="pending") == 1
+
+
+@pytest.mark.django_db
+def test_an_api_token_without_the_permission_is_forbidden_and_a_revoked_one_unauthorized(
+    client: Client,
+) -> None:
+    _row, weak = ApiToken.objects.issue(staff_user("weak"), "scraper")
+    row, strong = ApiToken.objects.issue(staff_user("strong", "view_queue"), "scraper")
+    ApiToken.objects.revoke([row.pk])
+
+    assert client.get(URL, headers={"authorization": f"Bearer {weak}"}).status_code == 403
+    revoked = client.get(URL, headers={"authorization": f"Bearer {strong}"})
+    assert revoked.status_code == 401
+    assert revoked["WWW-Authenticate"] == 'Bearer realm="django_iq", error="invalid_token"'
 
 
 @pytest.mark.django_db
@@ -245,17 +291,21 @@ def test_bearer_token_from_settings_lets_prometheus_scrape_without_a_session(
     "header",
     [f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", f"Basic {TOKEN}", TOKEN, "Bearer "],
 )
-def test_a_wrong_token_is_forbidden(client: Client, header: str) -> None:
+def test_a_wrong_token_is_unauthorized(client: Client, header: str) -> None:
     with iq_settings_with(METRICS_TOKEN=TOKEN):
-        assert client.get(URL, headers={"authorization": header}).status_code == 403
+        response = client.get(URL, headers={"authorization": header})
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert TOKEN.encode() not in response.content
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("token", [None, ""])
 def test_no_token_is_accepted_when_none_is_configured(client: Client, token: str | None) -> None:
     with iq_settings_with(METRICS_TOKEN=token):
-        assert client.get(URL, headers={"authorization": "Bearer "}).status_code == 403
-        assert client.get(URL, headers={"authorization": f"Bearer {TOKEN}"}).status_code == 403
+        assert client.get(URL, headers={"authorization": "Bearer "}).status_code == 401
+        assert client.get(URL, headers={"authorization": f"Bearer {TOKEN}"}).status_code == 401
 
 
 @pytest.mark.django_db
@@ -272,12 +322,12 @@ def test_without_prometheus_client_the_view_answers_501_saying_what_to_install(
 
 
 @pytest.mark.django_db
-def test_without_prometheus_client_anonymous_scrape_is_still_forbidden(
+def test_without_prometheus_client_anonymous_scrape_is_still_refused(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
 
-    assert client.get(URL).status_code == 403
+    assert client.get(URL).status_code == 401
 
 
 @pytest.mark.django_db

@@ -94,7 +94,9 @@ def test_the_alarm_names_the_job_its_queue_and_its_wait_everywhere(client: Clien
     ]
 
     user = User.objects.create_user("operator", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_queue"))
+    user.user_permissions.add(
+        *Permission.objects.filter(codename__in=("view_queue", "view_worker"))
+    )
     client.force_login(user)
     page = client.get(reverse("admin:django_iq_dashboard")).content.decode()
     assert 'data-alarm-reason="unserved_job" data-alarm-queue="default"' in page

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_iq import operations
-from django_iq.management.argtypes import positive_int
+from django_iq.management.argtypes import add_ids_option
 
 
 class Command(BaseCommand):
@@ -18,16 +18,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--id",
-            dest="ids",
-            type=positive_int,
-            action="extend",
-            nargs="+",
-            required=True,
-            metavar="N",
-            help="Entry ids (repeatable: --id 1 2 --id 3).",
-        )
+        add_ids_option(parser, "Entry ids (repeatable: --id 1 2 --id 3).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         outcome = operations.cancel(options["ids"], operations.Actor.of_command("iq_cancel"))

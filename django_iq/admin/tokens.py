@@ -1,0 +1,137 @@
+"""The ApiToken admin: a token is made with the add form and shown once on the next page (only
+its hash is stored), listed with its prefix, last use, expiry and revocation, and revoked with
+an action through ``operations.revoke_tokens``. Each page is read-only once made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.contrib.admin.models import CHANGE
+from django.contrib.auth import get_user_model
+from django.db.models import ForeignKey, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+
+from django_iq import operations, permissions
+from django_iq.admin.common import IQModelAdmin, admin_actor, log_objects, report_outcome
+from django_iq.models import ApiToken
+
+# Where save_model leaves the new token for response_add: on the object, never in the database.
+TOKEN_ATTRIBUTE = "_iq_plain_token"  # noqa: S105 (an attribute name)
+
+
+class ApiTokenForm(forms.ModelForm):
+    class Meta:
+        model = ApiToken
+        fields = ("name", "user", "expires_at")
+
+    def clean_expires_at(self) -> Any:
+        expires_at = self.cleaned_data.get("expires_at")
+        if expires_at is not None and expires_at <= timezone.now():
+            raise forms.ValidationError("Give a time in the future, or leave empty.")
+        return expires_at
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(IQModelAdmin):
+    form = ApiTokenForm
+    list_display = (
+        "name",
+        "user",
+        "prefix",
+        "status",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    )
+    list_filter = ("revoked_at",)
+    search_fields = ("name", "prefix")
+    actions = ("revoke_tokens",)
+    readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
+        rows = super().get_queryset(request).select_related("user")
+        # Only a superuser sees and revokes other users' tokens.
+        return rows if request.user.is_superuser else rows.filter(user_id=request.user.pk)
+
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> Any:
+        if obj is None:
+            return ("name", "user", "expires_at")
+        return ("name", "user", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at")
+
+    def formfield_for_foreignkey(
+        self, db_field: ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> forms.ModelChoiceField | None:
+        if db_field.name == "user":
+            users = get_user_model()._default_manager.filter(is_active=True)
+            if not request.user.is_superuser:
+                # A token acts with its user's permissions: making one for someone else would
+                # lend their rights. Only a superuser, who holds them all, may.
+                users = users.filter(pk__in=[request.user.pk])
+                kwargs["initial"] = request.user.pk
+            kwargs["queryset"] = users
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_change_permission(self, request: HttpRequest, obj: ApiToken | None = None) -> bool:
+        # The list's change permission allows revoking; a token's page is read-only.
+        return obj is None and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: ApiToken | None = None) -> bool:
+        # Revoked tokens stay listed, saying who could use the API until when.
+        return False
+
+    @admin.display(description="status")
+    def status(self, row: ApiToken) -> str:
+        return row.status()
+
+    def save_model(
+        self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm[ApiToken], change: bool
+    ) -> None:
+        if change:  # pages are read-only: nothing to save
+            return
+        # The form has refused what issue_token would (no name, an inactive user, a past expiry).
+        row, token = operations.issue_token(
+            obj.user, obj.name, admin_actor(request), expires_at=obj.expires_at
+        )
+        obj.pk, obj.prefix, obj.token_hash, obj.created_at = (
+            row.pk,
+            row.prefix,
+            row.token_hash,
+            row.created_at,
+        )
+        setattr(obj, TOKEN_ATTRIBUTE, token)
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        """Show the new token on this one page, never stored (not even as a message)."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "API token made",
+            "opts": self.opts,
+            "token_row": obj,
+            "token": getattr(obj, TOKEN_ATTRIBUTE),
+            "changelist_url": reverse(
+                f"{self.admin_site.name}:django_iq_apitoken_changelist",
+            ),
+        }
+        response = TemplateResponse(request, "admin/django_iq/apitoken/issued.html", context)
+        add_never_cache_headers(response)
+        return response
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(permissions.REVOKE_TOKEN)
+
+    @admin.action(description="Revoke selected API tokens", permissions=["revoke"])
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        rows = {row.pk: row for row in queryset}
+        outcome = operations.revoke_tokens(list(rows), admin_actor(request))
+        revoked = [row for row in rows.values() if str(row) in set(outcome.done)]
+        log_objects(request, revoked, "Revoked the API token.", CHANGE)
+        report_outcome(self, request, outcome)

@@ -1,0 +1,131 @@
+"""API tokens: made, checked and revoked here. Only a SHA-256 hash of each token is stored,
+with a short prefix to tell tokens apart; the token itself is shown once, when it is made.
+
+A token is 32 random bytes (``secrets.token_urlsafe``), so a hash without a salt is enough: no
+guess of such a token is cheaper than the brute force a salt would guard against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from django_iq.exceptions import InvalidApiToken
+from django_iq.limits import text_problem
+
+if TYPE_CHECKING:
+    from django_iq.models import ApiToken
+
+# Every token starts with this, so that secret scanners and people can recognise one.
+TOKEN_MARK = "iq_"  # noqa: S105 (a public marker, not a secret)
+# Characters of the token kept in clear to identify it in lists ("iq_3kf9Qa1Z").
+PREFIX_LENGTH = len(TOKEN_MARK) + 8
+TOKEN_BYTES = 32
+NAME_MAX_LENGTH = 100
+# A token's last use is written at most this often, so a busy script does not write per request.
+LAST_USED_PRECISION = timedelta(minutes=1)
+
+
+def hash_token(token: str) -> str:
+    """The SHA-256 hex digest stored in place of ``token``."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def usable(self, now: datetime) -> ApiTokenQuerySet:
+        """Tokens neither revoked nor expired at ``now``."""
+        return self.filter(revoked_at__isnull=True).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        )
+
+
+class ApiTokenManager(models.Manager["ApiToken"]):
+    def get_queryset(self) -> ApiTokenQuerySet:
+        return ApiTokenQuerySet(self.model, using=self._db)
+
+    def usable(self, now: datetime) -> ApiTokenQuerySet:
+        return self.get_queryset().usable(now)
+
+    def issue(
+        self, user: Any, name: str, *, expires_at: datetime | None = None
+    ) -> tuple[ApiToken, str]:
+        """Make a token acting as ``user``; return its row and the token, which is not stored
+        and cannot be read again.
+
+        Raises ``InvalidApiToken`` for an empty or too long name, an inactive or unsaved user,
+        or an expiry in the past.
+        """
+        validate_name(name)
+        if user is None or user.pk is None or not user.is_active:
+            raise InvalidApiToken(
+                f"A token acts as an active user; {user!r} is not one. Pick an active user."
+            )
+        if expires_at is not None and expires_at <= timezone.now():
+            raise InvalidApiToken(
+                f"The expiry {expires_at.isoformat()} is in the past; give a later time or none."
+            )
+        token = TOKEN_MARK + secrets.token_urlsafe(TOKEN_BYTES)
+        row = self.create(
+            name=name,
+            user=user,
+            prefix=token[:PREFIX_LENGTH],
+            token_hash=hash_token(token),
+            expires_at=expires_at,
+        )
+        return row, token
+
+    def authenticate(self, token: str, now: datetime | None = None) -> ApiToken | None:
+        """Return the usable token ``token`` is, with its active user loaded, or None; record
+        its use when the last one recorded is older than ``LAST_USED_PRECISION``."""
+        now = now or timezone.now()
+        if not token.startswith(TOKEN_MARK) or text_problem(token):
+            return None
+        found = (
+            self.usable(now)
+            .select_related("user")
+            .filter(token_hash=hash_token(token), user__is_active=True)
+            .first()
+        )
+        if found is None:
+            return None
+        stale = now - LAST_USED_PRECISION
+        if found.last_used_at is None or found.last_used_at <= stale:
+            # Conditional, so that concurrent requests of one script write it once.
+            self.filter(pk=found.pk).filter(
+                Q(last_used_at__isnull=True) | Q(last_used_at__lte=stale)
+            ).update(last_used_at=now)
+            found.last_used_at = now
+        return found
+
+    def revoke(
+        self, ids: Iterable[int], now: datetime | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Revoke the tokens of ``ids``; return (revoked now, already revoked). Ids of no
+        token are in neither list."""
+        now = now or timezone.now()
+        wanted = sorted(set(ids))
+        before = dict(self.filter(pk__in=wanted).values_list("pk", "revoked_at"))
+        fresh = [pk for pk in wanted if pk in before and before[pk] is None]
+        self.filter(pk__in=fresh, revoked_at__isnull=True).update(revoked_at=now)
+        return fresh, [pk for pk in wanted if before.get(pk) is not None]
+
+
+def validate_name(name: Any) -> None:
+    """Raise ``InvalidApiToken`` unless ``name`` is a non-empty storable string of at most
+    ``NAME_MAX_LENGTH`` characters."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidApiToken(f"A token needs a name saying what uses it (got {name!r}).")
+    if len(name) > NAME_MAX_LENGTH:
+        raise InvalidApiToken(
+            f"The token name has {len(name)} characters; use at most {NAME_MAX_LENGTH}."
+        )
+    problem = text_problem(name)
+    if problem is not None:
+        raise InvalidApiToken(f"The token name {problem}; use plain text.")
