@@ -6,7 +6,17 @@ heartbeat, read by the dashboard's charts and the Prometheus endpoint, which sho
 than rows of numbers; editing them by hand would only falsify the metrics.
 """
 
-from django_iq.admin import audit, batches, cron, entries, errors, outcomes, processes, queues
+from django_iq.admin import (
+    audit,
+    batches,
+    cron,
+    dashboard,
+    entries,
+    errors,
+    outcomes,
+    processes,
+    queues,
+)
 from django_iq.admin.common import EstimatedCountPaginator
 
 __all__ = [
@@ -14,6 +24,7 @@ __all__ = [
     "audit",
     "batches",
     "cron",
+    "dashboard",
     "entries",
     "errors",
     "outcomes",

@@ -140,7 +140,7 @@ def entries_in_every_state() -> dict[str, Any]:
     return {
         "initial": EntryFactory(deferred=True),
         "disabled": EntryFactory(disabled=True),
-        "computing": EntryFactory(locked=True),
+        "computing": EntryFactory(running=True),
         "awaiting_compute": EntryFactory(),
     }
 
@@ -239,7 +239,7 @@ def test_group_key_column_links_to_the_whole_group(client: Client) -> None:
 
 def test_change_page_shows_who_holds_the_group_lock(client: Client) -> None:
     entry = EntryFactory()
-    lock = GroupLockFactory(entry_for_key=entry)
+    lock = GroupLockFactory(entry_for_key=entry, track_entry=True)
     login_superuser(client)
 
     response = client.get(change_url(entry))
@@ -337,3 +337,24 @@ def test_entries_cannot_be_deleted_around_the_cancel_action(client: Client) -> N
     assert "delete_selected" not in dict(page.context["action_form"].fields["action"].choices)
     assert delete.status_code == 403
     assert Entry.objects.filter(pk=entry.pk).exists()
+
+
+def test_entries_waiting_behind_their_groups_running_entry_show_and_filter_as_awaiting_compute(
+    client: Client,
+) -> None:
+    running = EntryFactory(group_key="invoices-42", running=True)
+    behind = [EntryFactory(group_key="invoices-42", lock_key=running.lock_key) for _ in range(2)]
+    login_superuser(client)
+
+    page = client.get(changelist_url(Entry) + "?q=invoices-42")
+    computing = client.get(changelist_url(Entry) + "?state=computing")
+    awaiting = client.get(changelist_url(Entry) + "?state=awaiting_compute")
+
+    states = dict(zip(listed_ids(page), column(page, "status"), strict=True))
+    assert states == {
+        running.pk: "computing",
+        behind[0].pk: "awaiting compute",
+        behind[1].pk: "awaiting compute",
+    }
+    assert listed_ids(computing) == [running.pk]
+    assert sorted(listed_ids(awaiting)) == sorted(entry.pk for entry in behind)
