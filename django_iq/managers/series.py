@@ -77,6 +77,24 @@ class QueueLatencyMinuteManager(_MinuteRows["QueueLatencyMinute"]):
         ]
         upsert_add(using, iq.QueueLatencyMinute, ["queue", "minute", "bucket"], rows)
 
+    def over(self, start: datetime, end: datetime) -> LatencyPoint:
+        """The quantiles of every latency counted from minute ``start`` to minute ``end``, over
+        all queues (``minute`` is ``start``). One query."""
+        counts = dict(
+            self.using(router.db_for_read(self.model))
+            .filter(minute__gte=start, minute__lte=end)
+            .values("bucket")
+            .annotate(starts=Sum("starts"))
+            .order_by()
+            .values_list("bucket", "starts")
+        )
+        return LatencyPoint(
+            minute=start,
+            starts=sum(counts.values()),
+            p50_seconds=quantile(counts, QUANTILES[0]),
+            p95_seconds=quantile(counts, QUANTILES[1]),
+        )
+
     def per_minute(self, start: datetime, end: datetime) -> list[LatencyPoint]:
         """Each minute from ``start`` to ``end`` (both truncated to minutes), oldest first,
         with the quantiles of the latencies over all queues. One query."""

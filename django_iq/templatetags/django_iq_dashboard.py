@@ -26,7 +26,10 @@ def count_link(value: Any, url: str | None) -> SafeString:
 @register.simple_tag
 def entry_link(links: Links, entry_id: int) -> SafeString:
     """An entry's id as a link to its admin page."""
-    return count_link(entry_id, links.entry(entry_id))
+    url = links.entry(entry_id)
+    if not url:
+        return format_html("{}", entry_id)
+    return format_html('<a href="{}" class="iq-entry">{}</a>', url, entry_id)
 
 
 @register.filter
