@@ -13,7 +13,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.utils.safestring import SafeString
 from django.views.decorators.http import require_safe
 
 from django_iq import charts
@@ -24,121 +23,29 @@ from django_iq.dashboard_panels import (
     RunningEntry,
     depth_series,
     format_age,
-    format_duration,
     latency_series,
     leader_panel,
     running_entries,
 )
+from django_iq.dashboard_rows import Cell, QueueRow, WorkerRow, display_counts, job_rows
 from django_iq.managers.jobstats import JobStats, window_start
 from django_iq.managers.limits import JobUsage
 from django_iq.managers.metrics import minute_of
 from django_iq.managers.series import DepthPoint, LatencyPoint
 from django_iq.models import JobLimit, JobMinute, QueueMinute
-from django_iq.snapshot import QueueView, Snapshot, WorkerView, read_snapshot
-from django_iq.states import AWAITING_COMPUTE, COMPUTING, COUNTED_STATES, STATE_LABELS
+from django_iq.snapshot import Snapshot, read_snapshot
+from django_iq.states import COMPUTING, COUNTED_STATES, STATE_LABELS
 from django_iq.wording import rate_use, used_of
 
 if TYPE_CHECKING:
     from django.contrib.admin import AdminSite
 
-    from django_iq.managers import QueueStats
 
 CHART_MINUTES = 60
 # Workers listed, live ones first; stopped rows are kept for WORKER_RETENTION_SECONDS.
 WORKER_LIMIT = 100
 REFRESH_SECONDS = 5
 PERMISSION = "django_iq.view_queue"
-
-
-def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:
-    """``(stats, median, 95th percentile)`` of each job, the durations formatted for people."""
-    return [
-        (stats, format_duration(stats.p50_seconds), format_duration(stats.p95_seconds))
-        for stats in job_stats
-    ]
-
-
-def display_counts(stats: QueueStats) -> dict[str, int]:
-    """Counts per state as people read them: computing is what live workers run, and the
-    entries of a group waiting behind its running entry await compute with the others."""
-    counts = {state: stats.count(state) for state in COUNTED_STATES}
-    counts[COMPUTING] = stats.running
-    counts[AWAITING_COMPUTE] = stats.ready
-    return counts
-
-
-# (state, count, link to the rows counted or None)
-Cell = tuple[str, int, str | None]
-
-
-@dataclass(frozen=True)
-class QueueRow:
-    """One queue of the snapshot, as the dashboard shows it, with links to its rows."""
-
-    view: QueueView
-    links: Links
-
-    @property
-    def stats(self) -> QueueStats:
-        return self.view.stats
-
-    @property
-    def oldest_waiting_seconds(self) -> float | None:
-        return self.view.oldest_waiting_seconds
-
-    @property
-    def oldest_waiting(self) -> str:
-        return format_age(self.view.oldest_waiting_seconds)
-
-    @property
-    def cells(self) -> list[Cell]:
-        """(state, count, link) in ``COUNTED_STATES`` order, for the state columns."""
-        return [
-            (state, count, self.links.entries(self.view.name, state))
-            for state, count in display_counts(self.view.stats).items()
-        ]
-
-    @property
-    def broken_counts(self) -> list[tuple[str, int]]:
-        """(name, count) of the corruption counts that are not zero."""
-        return list(self.view.stats.broken_counts.items())
-
-    def merged(self) -> int:
-        return self.view.merged
-
-
-@dataclass(frozen=True)
-class WorkerRow:
-    """One worker or leader process of the snapshot, as the dashboard shows it: the
-    ``WorkerView``'s fields, plus its load chart."""
-
-    view: WorkerView
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.view, name)
-
-    @property
-    def load(self) -> float | None:
-        """Busy processing threads over processing threads; None for a process without any."""
-        if not self.view.processing_threads:
-            return None
-        return min(1.0, self.view.busy_threads / self.view.processing_threads)
-
-    @property
-    def shows_throttled(self) -> bool:
-        """Throttled, and live: a stopped worker's last report throttles nothing now."""
-        return self.view.is_live and self.view.is_throttled
-
-    @property
-    def heartbeat_age(self) -> str:
-        return format_age(self.view.heartbeat_age_seconds)
-
-    @property
-    def load_chart(self) -> SafeString:
-        if not self.view.is_live:
-            return charts.load_bar(None, label=self.view.state)
-        label = "no processing threads" if self.load is None else f"{self.load:.0%} busy"
-        return charts.load_bar(self.load, label=label)
 
 
 @dataclass(frozen=True)

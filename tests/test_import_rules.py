@@ -68,6 +68,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dashboard",
             "dashboard_links",
             "dashboard_panels",
+            "dashboard_rows",
             "health",
             "management",
             "prometheus",

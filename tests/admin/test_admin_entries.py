@@ -25,6 +25,7 @@ from tests.admin.test_admin import (
     messages_of,
     run_action,
 )
+from tests.conftest import iq_settings_with
 from tests.factories import DisabledJobFactory, EntryFactory, GroupLockFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
@@ -155,6 +156,7 @@ def entries_in_every_state() -> dict[str, Any]:
         ("disabled", ["disabled"]),
     ],
 )
+@iq_settings_with(WORKER_SILENT_AFTER_SECONDS=600)  # the factory's worker sends no heartbeat
 def test_state_filter_selects_stored_and_inferred_states(
     client: Client, entries_in_every_state: dict[str, Any], state: str, expected: list[str]
 ) -> None:
@@ -165,6 +167,7 @@ def test_state_filter_selects_stored_and_inferred_states(
     assert sorted(listed_ids(response)) == sorted(entries_in_every_state[n].pk for n in expected)
 
 
+@iq_settings_with(WORKER_SILENT_AFTER_SECONDS=600)  # the factory's worker sends no heartbeat
 def test_state_column_shows_the_inferred_state_of_pending_entries(
     client: Client, entries_in_every_state: dict[str, Any]
 ) -> None:
@@ -339,6 +342,8 @@ def test_entries_cannot_be_deleted_around_the_cancel_action(client: Client) -> N
     assert Entry.objects.filter(pk=entry.pk).exists()
 
 
+# The factory's worker sends no heartbeat: keep it live for the length of the test.
+@iq_settings_with(WORKER_SILENT_AFTER_SECONDS=600)
 def test_entries_waiting_behind_their_groups_running_entry_show_and_filter_as_awaiting_compute(
     client: Client,
 ) -> None:
