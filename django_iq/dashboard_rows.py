@@ -13,7 +13,7 @@ from django_iq.dashboard_links import Links
 from django_iq.dashboard_panels import format_age, format_duration
 from django_iq.managers.jobstats import JobStats
 from django_iq.snapshot import QueueView, WorkerView
-from django_iq.states import AWAITING_COMPUTE, COMPUTING, COUNTED_STATES
+from django_iq.states import COUNTED_STATES
 
 if TYPE_CHECKING:
     from django_iq.managers import QueueStats
@@ -30,10 +30,7 @@ def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:
 def display_counts(stats: QueueStats) -> dict[str, int]:
     """Counts per state as people read them: computing is what live workers run, and the
     entries of a group waiting behind its running entry await compute with the others."""
-    counts = {state: stats.count(state) for state in COUNTED_STATES}
-    counts[COMPUTING] = stats.running
-    counts[AWAITING_COMPUTE] = stats.ready
-    return counts
+    return {state: stats.shown_count(state) for state in COUNTED_STATES}
 
 
 # (state, count, link to the rows counted or None)
