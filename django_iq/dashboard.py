@@ -27,7 +27,14 @@ from django_iq.dashboard_panels import (
     leader_panel,
     running_entries,
 )
-from django_iq.dashboard_rows import Cell, QueueRow, WorkerRow, display_counts, job_rows
+from django_iq.dashboard_rows import (
+    Cell,
+    QueueRow,
+    WorkerRow,
+    display_counts,
+    job_links,
+    job_rows,
+)
 from django_iq.managers.jobstats import JobStats, window_start
 from django_iq.managers.limits import JobUsage
 from django_iq.managers.metrics import minute_of
@@ -159,13 +166,7 @@ class DashboardData:
     @property
     def job_links(self) -> dict[str, tuple[str | None, str | None]]:
         """Job name -> links to its runs and its failed runs of the last hour."""
-        return {
-            stats.job_name: (
-                self.links.outcomes(self.since, job=stats.job_name),
-                self.links.outcomes(self.since, job=stats.job_name, failed=True),
-            )
-            for stats in self.job_stats
-        }
+        return job_links(self.links, self.since, self.job_stats)
 
     @property
     def limited_jobs(self) -> list[tuple[str, str, str, str]]:
@@ -267,20 +268,13 @@ def job_stats_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
     _check_permission(request, "The job statistics")
     now = timezone.now()
     job_stats = JobMinute.objects.last_hour(now)
-    data = DashboardData(
-        snapshot=Snapshot(now=now),
-        done_per_minute=[],
-        failed_per_minute=[],
-        job_stats=job_stats,
-        links=Links(_site_name(admin_site)),
-    )
     context = _admin_context(request, admin_site) | {
         "title": "Job statistics, last hour",
         "now": now,
         "window_start": window_start(now),
         "job_stats": job_stats,
         "job_rows": job_rows(job_stats),
-        "job_links": data.job_links,
+        "job_links": job_links(Links(_site_name(admin_site)), window_start(now), job_stats),
     }
     response = render(request, "django_iq/job_stats.html", context)
     add_never_cache_headers(response)

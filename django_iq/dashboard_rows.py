@@ -4,6 +4,7 @@ the link to the rows it counts; a worker with its load bar; a job's duration qua
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.utils.safestring import SafeString
@@ -25,6 +26,19 @@ def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:
         (stats, format_duration(stats.p50_seconds), format_duration(stats.p95_seconds))
         for stats in job_stats
     ]
+
+
+def job_links(
+    links: Links, since: datetime, job_stats: list[JobStats]
+) -> dict[str, tuple[str | None, str | None]]:
+    """Job name -> links to its runs, and to its failed runs, that ended since ``since``."""
+    return {
+        stats.job_name: (
+            links.outcomes(since, job=stats.job_name),
+            links.outcomes(since, job=stats.job_name, failed=True),
+        )
+        for stats in job_stats
+    }
 
 
 def display_counts(stats: QueueStats) -> dict[str, int]:
