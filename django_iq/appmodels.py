@@ -35,6 +35,8 @@ class AppModels:
         QueueMinute: type[models.QueueMinute]
         QueueTotal: type[models.QueueTotal]
         JobMinute: type[models.JobMinute]
+        QueueLatencyMinute: type[models.QueueLatencyMinute]
+        QueueDepthMinute: type[models.QueueDepthMinute]
         OperatorAction: type[models.OperatorAction]
         UniqueKey: type[models.UniqueKey]
         Batch: type[models.Batch]

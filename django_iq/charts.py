@@ -254,3 +254,80 @@ def load_bar(
         round((width - 1) * filled, 1),
         height - 1,
     )
+
+
+# (minute, value or None for a minute with nothing to show)
+GapPoint = tuple[datetime, float | None]
+# Colours of the series of a multi-line chart, in order; the CSS class iq-series-<n> overrides.
+SERIES_COLOURS = ("#417690", "#ba2121", "#79aec8")
+
+
+def lines_chart(
+    series: Sequence[tuple[str, Sequence[GapPoint]]],
+    *,
+    title: str,
+    unit: str = "",
+    width: int = 640,
+    height: int = 170,
+) -> SafeString:
+    """Return an SVG chart of several ``(label, points)`` series over the same minutes, each a
+    line broken where a point is None (a minute without data), with a legend in the title and
+    a tooltip on each point. ``unit`` follows the values in the tooltips."""
+    minutes = list(series[0][1]) if series else []
+    values = [value for _, points in series for _, value in points if value is not None]
+    axis: list[Point] = [(minute, 0.0) for minute, _ in minutes]
+    frame = _Frame(width=width, height=height, top_value=nice_ceiling(max(values, default=0.0)))
+    slot = frame.plot_width / len(minutes) if minutes else 0
+    body: list[SafeString] = []
+    legend = []
+    for number, (label, points) in enumerate(series):
+        colour = SERIES_COLOURS[number % len(SERIES_COLOURS)]
+        legend.append(label)
+        runs: list[list[tuple[float, float]]] = [[]]
+        for index, (minute, value) in enumerate(points):
+            if value is None:
+                runs.append([])
+                continue
+            x, y = round(MARGIN_LEFT + slot * (index + 0.5), 1), frame.y(value)
+            runs[-1].append((x, y))
+            body.append(
+                format_html(
+                    '<circle class="iq-series-{}" cx="{}" cy="{}" r="2" fill="{}">'
+                    "<title>{} {}: {}{}</title></circle>",
+                    number,
+                    x,
+                    y,
+                    colour,
+                    label,
+                    format_minute(minute),
+                    format_number(round(value, 3)),
+                    unit,
+                )
+            )
+        for run in runs:
+            if len(run) > 1:
+                body.append(
+                    format_html(
+                        '<polyline class="iq-series-{}" points="{}" fill="none" stroke="{}" '
+                        'stroke-width="1.5"/>',
+                        number,
+                        " ".join(f"{x},{y}" for x, y in run),
+                        colour,
+                    )
+                )
+    if legend:
+        body.append(
+            format_html(
+                '<text class="iq-legend" x="{}" y="14" font-size="11" text-anchor="end">{}</text>',
+                width - MARGIN_RIGHT,
+                format_html_join(
+                    " ",
+                    '<tspan class="iq-series-{}" fill="{}">\u25cf {}</tspan>',
+                    (
+                        (n, SERIES_COLOURS[n % len(SERIES_COLOURS)], label)
+                        for n, label in enumerate(legend)
+                    ),
+                ),
+            )
+        )
+    return _svg(frame, title, "iq-lines-chart", body, axis)

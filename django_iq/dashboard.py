@@ -13,124 +13,45 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.utils.safestring import SafeString
 from django.views.decorators.http import require_safe
 
 from django_iq import charts, permissions
-from django_iq.alarms import Alarm
+from django_iq.alarms import NO_LIVE_WORKER, Alarm
+from django_iq.dashboard_links import Links
+from django_iq.dashboard_panels import (
+    LeaderPanel,
+    RunningEntry,
+    depth_series,
+    format_age,
+    latency_series,
+    leader_panel,
+    running_entries,
+)
+from django_iq.dashboard_rows import (
+    Cell,
+    QueueRow,
+    WorkerRow,
+    display_counts,
+    job_links,
+    job_rows,
+)
 from django_iq.managers.jobstats import JobStats, window_start
 from django_iq.managers.limits import JobUsage
 from django_iq.managers.metrics import minute_of
+from django_iq.managers.series import DepthPoint, LatencyPoint
 from django_iq.models import JobLimit, JobMinute, QueueMinute
-from django_iq.snapshot import QueueView, Snapshot, WorkerView, read_snapshot
-from django_iq.states import COUNTED_STATES, STATE_LABELS
+from django_iq.snapshot import Snapshot, read_snapshot
+from django_iq.states import COMPUTING, COUNTED_STATES, STATE_LABELS
 from django_iq.wording import rate_use, used_of
 
 if TYPE_CHECKING:
     from django.contrib.admin import AdminSite
 
-    from django_iq.managers import QueueStats
 
 CHART_MINUTES = 60
 # Workers listed, live ones first; stopped rows are kept for WORKER_RETENTION_SECONDS.
 WORKER_LIMIT = 100
 REFRESH_SECONDS = 5
-
-
-def format_age(seconds: float | None) -> str:
-    """Format a duration for people: ``"42 s"``, ``"3 min 5 s"``, ``"2 h 10 min"``, ``"3 d 4 h"``;
-    an empty string for None."""
-    if seconds is None:
-        return ""
-    whole = max(0, int(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60} s"
-    if whole < 86_400:
-        return f"{whole // 3600} h {whole % 3600 // 60} min"
-    return f"{whole // 86_400} d {whole % 86_400 // 3600} h"
-
-
-def format_duration(seconds: float | None) -> str:
-    """Format a job's run time: ``"20 ms"``, ``"1.5 s"``, then as ``format_age``; an empty
-    string for None."""
-    if seconds is None:
-        return ""
-    if seconds < 1:
-        return f"{seconds * 1000:.3g} ms"
-    if seconds < 60:
-        return f"{seconds:.3g} s"
-    return format_age(seconds)
-
-
-def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:
-    """``(stats, median, 95th percentile)`` of each job, the durations formatted for people."""
-    return [
-        (stats, format_duration(stats.p50_seconds), format_duration(stats.p95_seconds))
-        for stats in job_stats
-    ]
-
-
-@dataclass(frozen=True)
-class QueueRow:
-    """One queue of the snapshot, as the dashboard shows it."""
-
-    view: QueueView
-
-    @property
-    def stats(self) -> QueueStats:
-        return self.view.stats
-
-    @property
-    def oldest_waiting_seconds(self) -> float | None:
-        return self.view.oldest_waiting_seconds
-
-    @property
-    def oldest_waiting(self) -> str:
-        return format_age(self.view.oldest_waiting_seconds)
-
-    @property
-    def cells(self) -> list[tuple[str, int]]:
-        """(state, count) in ``COUNTED_STATES`` order, for the state columns."""
-        return list(self.view.counts.items())
-
-    @property
-    def broken_counts(self) -> list[tuple[str, int]]:
-        """(name, count) of the corruption counts that are not zero."""
-        return list(self.view.stats.broken_counts.items())
-
-    def merged(self) -> int:
-        return self.view.merged
-
-
-@dataclass(frozen=True)
-class WorkerRow:
-    """One worker or leader process of the snapshot, as the dashboard shows it: the
-    ``WorkerView``'s fields, plus its load chart."""
-
-    view: WorkerView
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.view, name)
-
-    @property
-    def load(self) -> float | None:
-        """Busy processing threads over processing threads; None for a process without any."""
-        if not self.view.processing_threads:
-            return None
-        return min(1.0, self.view.busy_threads / self.view.processing_threads)
-
-    @property
-    def heartbeat_age(self) -> str:
-        return format_age(self.view.heartbeat_age_seconds)
-
-    @property
-    def load_chart(self) -> SafeString:
-        if not self.view.is_live:
-            return charts.load_bar(None, label=self.view.state)
-        label = "no processing threads" if self.load is None else f"{self.load:.0%} busy"
-        return charts.load_bar(self.load, label=label)
 
 
 @dataclass(frozen=True)
@@ -143,6 +64,16 @@ class DashboardData:
     job_limits: list[JobUsage] = field(default_factory=list)
     # Each job with runs that ended in the last hour.
     job_stats: list[JobStats] = field(default_factory=list)
+    leader: LeaderPanel | None = None
+    running: list[RunningEntry] = field(default_factory=list)
+    latency: list[LatencyPoint] = field(default_factory=list)
+    depth: list[DepthPoint] = field(default_factory=list)
+    links: Links = field(default_factory=lambda: Links(None))
+
+    @property
+    def since(self) -> datetime:
+        """The first minute of the charts and the hourly counts."""
+        return window_start(self.now)
 
     @property
     def now(self) -> datetime:
@@ -150,7 +81,7 @@ class DashboardData:
 
     @property
     def queues(self) -> list[QueueRow]:
-        return [QueueRow(view) for view in self.snapshot.queues]
+        return [QueueRow(view, self.links) for view in self.snapshot.queues]
 
     @property
     def workers(self) -> list[WorkerRow]:
@@ -166,12 +97,12 @@ class DashboardData:
         return [(state, STATE_LABELS.get(state, state)) for state in COUNTED_STATES]
 
     @property
-    def invariant_holds(self) -> bool:
-        return self.snapshot.invariant_holds
-
-    @property
     def leader_live(self) -> bool:
         return self.snapshot.leader_live
+
+    @property
+    def has_live_worker(self) -> bool:
+        return any(row.view.role == "worker" for row in self.live_workers)
 
     @property
     def alarms(self) -> list[Alarm]:
@@ -179,16 +110,28 @@ class DashboardData:
 
     @property
     def problems(self) -> list[Alarm]:
-        """The alarms, then the queues whose counts contradict each other."""
-        return self.snapshot.problems
+        """What the headline reports: no live worker to run anything, the leader missing and
+        the other alarms, then the queues whose counts contradict each other."""
+        missing = [] if self.has_live_worker else [Alarm(NO_LIVE_WORKER)]
+        return missing + self.snapshot.problems
 
     @property
     def totals(self) -> dict[str, int]:
-        return self.snapshot.totals
+        totals = dict.fromkeys(COUNTED_STATES, 0)
+        for view in self.snapshot.queues:
+            for state, count in display_counts(view.stats).items():
+                totals[state] += count
+        return totals
 
     @property
-    def total_cells(self) -> list[tuple[str, int]]:
-        return list(self.snapshot.totals.items())
+    def total_cells(self) -> list[Cell]:
+        return [
+            (state, count, self.links.entries(None, state)) for state, count in self.totals.items()
+        ]
+
+    @property
+    def running_total(self) -> int:
+        return self.totals[COMPUTING]
 
     @property
     def merged(self) -> int:
@@ -220,6 +163,11 @@ class DashboardData:
         return job_rows(self.job_stats)
 
     @property
+    def job_links(self) -> dict[str, tuple[str | None, str | None]]:
+        """Job name -> links to its runs and its failed runs of the last hour."""
+        return job_links(self.links, self.since, self.job_stats)
+
+    @property
     def limited_jobs(self) -> list[tuple[str, str, str, str]]:
         """``(job, running / cap, busiest node / per-node cap, starts / rate limit)`` of each
         job with a cap or a rate limit ("-" where it has none)."""
@@ -239,6 +187,7 @@ class DashboardData:
 
     @property
     def throttled_workers(self) -> int:
+        """Live workers the governor holds back; a stopped one throttles nothing."""
         return sum(1 for row in self.live_workers if row.view.is_throttled)
 
     @property
@@ -257,11 +206,13 @@ class DashboardData:
         return int(sum(value for _, value in self.failed_per_minute))
 
 
-def dashboard_data(now: datetime) -> DashboardData:
+def dashboard_data(now: datetime, site_name: str | None = None) -> DashboardData:
     """Read the dashboard's numbers at ``now`` in a fixed number of queries, whatever the
     number of queues, entries or finished jobs: the operator snapshot's fourteen (jobs no live
-    worker serves included), one for the per-minute counts, one for the last hour per job, and
-    one to four for the jobs' limits."""
+    worker serves included), one for the per-minute counts, one for the last hour per job, one
+    to four for the jobs' limits, one for the leader's row, two for the running entries and
+    one each for the latency and depth series. Links lead into the admin site ``site_name``
+    (None: no links)."""
     snapshot = read_snapshot(now, worker_limit=WORKER_LIMIT, unserved_jobs=True)
     start = minute_of(now) - timedelta(minutes=CHART_MINUTES - 1)
     counts = QueueMinute.objects.per_minute(start)
@@ -275,6 +226,11 @@ def dashboard_data(now: datetime) -> DashboardData:
         failed_per_minute=failed,
         job_limits=JobLimit.objects.usage(),
         job_stats=JobMinute.objects.last_hour(now),
+        leader=leader_panel(now, snapshot.leader),
+        running=running_entries(now),
+        latency=latency_series(start, now),
+        depth=depth_series(start, now),
+        links=Links(site_name),
     )
 
 
@@ -288,6 +244,14 @@ def _admin_context(request: HttpRequest, admin_site: AdminSite | None) -> dict[s
 
         admin_site = admin.site
     return dict(admin_site.each_context(request))
+
+
+def _site_name(admin_site: AdminSite | None) -> str | None:
+    """The admin site whose changelists the numbers link to: ``admin_site``, else Django's
+    default site when the admin is installed."""
+    if admin_site is not None:
+        return admin_site.name
+    return "admin" if apps.is_installed("django.contrib.admin") else None
 
 
 def _check_permission(request: HttpRequest, page: str, needed: tuple[str, ...]) -> None:
@@ -309,6 +273,7 @@ def job_stats_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
         "window_start": window_start(now),
         "job_stats": job_stats,
         "job_rows": job_rows(job_stats),
+        "job_links": job_links(Links(_site_name(admin_site)), window_start(now), job_stats),
     }
     response = render(request, "django_iq/job_stats.html", context)
     add_never_cache_headers(response)
@@ -326,11 +291,26 @@ def dashboard_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
     sidebar (default: ``django.contrib.admin.site``).
     """
     _check_permission(request, "The queue dashboard", permissions.DASHBOARD)
-    data = dashboard_data(timezone.now())
+    data = dashboard_data(timezone.now(), _site_name(admin_site))
     context: dict[str, Any] = {
         "data": data,
         "done_chart": charts.bar_chart(data.done_per_minute, title="Jobs done per minute"),
         "failed_chart": charts.line_chart(data.failed_per_minute, title="Failures per minute"),
+        "depth_chart": charts.lines_chart(
+            [
+                ("ready", [(p.minute, p.ready) for p in data.depth]),
+                ("running", [(p.minute, p.running) for p in data.depth]),
+            ],
+            title="Queue depth, sampled each minute",
+        ),
+        "latency_chart": charts.lines_chart(
+            [
+                ("p50", [(p.minute, p.p50_seconds) for p in data.latency]),
+                ("p95", [(p.minute, p.p95_seconds) for p in data.latency]),
+            ],
+            title="Enqueue to start, seconds",
+            unit=" s",
+        ),
         "load_chart": charts.load_bar(
             data.load,
             label="no live processing threads"
@@ -339,6 +319,9 @@ def dashboard_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
             width=160,
             height=12,
         ),
+        "done_link": data.links.outcomes(data.since, failed=False),
+        "failed_link": data.links.outcomes(data.since, failed=True),
+        "throttled_link": data.links.workers(throttled=True),
         "refresh_seconds": REFRESH_SECONDS,
         "partial_url": f"{request.path}?partial=1",
     }

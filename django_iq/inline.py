@@ -99,9 +99,11 @@ class _RecordingProcessor(Processor):
         super().__init__(WORKER_NAME, _WrittenAtOnce(WORKER_NAME))
         self.runs: list[Outcome] = []
 
-    def _run_entry(self, entry: Entry, claim: Claim, last: bool, written: list[Ack]) -> Any:
+    def _run_entry(
+        self, entry: Entry, claim: Claim, last: bool, written: list[Ack], started_at: datetime
+    ) -> Any:
         attempt = entry.attempts + 1
-        ended = super()._run_entry(entry, claim, last, written)
+        ended = super()._run_entry(entry, claim, last, written, started_at)
         if isinstance(ended, Ack):
             self.runs.append(_run(entry, SUCCEEDED, attempt, return_value=ended.return_value))
         return ended

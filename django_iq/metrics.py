@@ -1,5 +1,5 @@
-"""A worker's tally of finished work, kept in memory and flushed with each heartbeat, so
-counting costs no round trip per job."""
+"""A worker's tally of finished work and of how long started runs waited, kept in memory and
+flushed with each heartbeat, so counting costs no round trip per job."""
 
 from __future__ import annotations
 
@@ -14,16 +14,27 @@ from django_iq.managers.metrics import DURATION_BUCKETS_SECONDS, QueueTally, min
 from django_iq.models import QueueMinute
 
 JobKey = tuple[str, datetime, int]
+# (queue, minute started, latency bucket)
+LatencyKey = tuple[str, datetime, int]
 
 
 class Tally:
     """Thread-safe counts per (queue, minute) and per (job, minute, duration bucket), handed
-    together to ``QueueMinute.objects.record``."""
+    together to ``QueueMinute.objects.record``, with the enqueue-to-start latencies per
+    (queue, minute, latency bucket)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tallies: dict[tuple[str, datetime], QueueTally] = {}
         self._jobs: dict[JobKey, JobTally] = {}
+        self._latencies: dict[LatencyKey, int] = {}
+
+    def add_start(self, queue: str, started_at: datetime, latency_seconds: float) -> None:
+        """Count a run started at ``started_at`` that waited ``latency_seconds`` since its
+        entry became ready (``series.ready_at``)."""
+        key = (queue, minute_of(started_at), bucket_of(max(0.0, latency_seconds)))
+        with self._lock:
+            self._latencies[key] = self._latencies.get(key, 0) + 1
 
     def add(
         self, queue: str, job_name: str, seconds: float, ok: bool, now: datetime | None = None
@@ -54,8 +65,9 @@ class Tally:
         with self._lock:
             taken, self._tallies = self._tallies, {}
             jobs, self._jobs = self._jobs, {}
+            latencies, self._latencies = self._latencies, {}
         try:
-            QueueMinute.objects.record(taken, jobs)
+            QueueMinute.objects.record(taken, jobs, latencies)
         except Exception:  # not swallowed: the counts go back for the next flush, then re-raised
             with self._lock:
                 for key, tally in taken.items():
@@ -64,6 +76,8 @@ class Tally:
                     current = self._jobs.setdefault(job_key, JobTally())
                     current.runs += job.runs
                     current.failed += job.failed
+                for latency_key, starts in latencies.items():
+                    self._latencies[latency_key] = self._latencies.get(latency_key, 0) + starts
             raise
         return sum(t.done + t.failed for t in taken.values())
 

@@ -27,6 +27,8 @@ from django_iq.managers import (
     JobMinuteManager,
     LeaderLeaseManager,
     OperatorActionManager,
+    QueueDepthMinuteManager,
+    QueueLatencyMinuteManager,
     QueueManager,
     QueueMinuteManager,
     QueueTotalManager,
@@ -693,6 +695,66 @@ class JobMinute(models.Model):
         return (
             f"{self.job_name} {self.minute:%Y-%m-%d %H:%M} bucket {self.bucket}: {self.runs} runs"
         )
+
+
+class QueueLatencyMinute(models.Model):
+    """Runs started per queue, minute (UTC) and enqueue-to-start latency bucket (the buckets of
+    ``managers.jobstats``): one row per bucket that has starts, added to by workers with each
+    heartbeat, in the transaction that adds their QueueMinute counts. The dashboard's latency
+    chart reads it. Pruned after METRICS_RETENTION_SECONDS."""
+
+    queue = models.CharField(max_length=100)
+    minute = models.DateTimeField()
+    bucket = models.PositiveSmallIntegerField()
+    starts = models.PositiveIntegerField(default=0)
+
+    objects = QueueLatencyMinuteManager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "minute", "bucket"], name="iq_latency_minute_unique"
+            )
+        ]
+        # The chart reads a window of minutes; pruning deletes the oldest.
+        indexes = [models.Index(fields=["minute"], name="iq_latency_minute_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.minute:%Y-%m-%d %H:%M} bucket {self.bucket}: {self.starts}"
+
+
+class QueueDepthMinute(models.Model):
+    """A queue's depth as the leader sampled it once in a minute (UTC): entries ready and
+    waiting for a thread, running, and deferred. The first sample of a minute stays. The
+    dashboard's depth chart reads it. Pruned after METRICS_RETENTION_SECONDS."""
+
+    queue = models.CharField(max_length=100)
+    minute = models.DateTimeField()
+    ready = models.PositiveIntegerField(default=0)
+    running = models.PositiveIntegerField(default=0)
+    deferred = models.PositiveIntegerField(default=0)
+
+    objects = QueueDepthMinuteManager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "minute"], name="iq_depth_minute_unique")
+        ]
+        # The chart reads a window of minutes; pruning deletes the oldest.
+        indexes = [models.Index(fields=["minute"], name="iq_depth_minute_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.minute:%Y-%m-%d %H:%M}: {self.ready} ready"
+
+
+class Dashboard(Queue):
+    """The operations dashboard's row in the admin index: a proxy with no data of its own,
+    whose admin page is the dashboard."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"
 
 
 class OperatorAction(models.Model):

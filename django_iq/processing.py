@@ -25,6 +25,7 @@ from django_iq.exceptions import (
 )
 from django_iq.limits import cut_message, format_failure
 from django_iq.managers import Claim
+from django_iq.managers.series import ready_at
 from django_iq.models import Batch, Entry, EntryError, GroupLock
 from django_iq.options import JobOptions
 from django_iq.registry import Job, catalog, get_job
@@ -75,6 +76,9 @@ class ClaimResult:
     released: int = 0
     # Job name, seconds and success of each entry run, in order.
     runs: list[tuple[str, float, bool]] = field(default_factory=list)
+    # Start time and enqueue-to-start latency (seconds since the entry became ready, as
+    # ``series.ready_at`` says) of each entry started, in order.
+    starts: list[tuple[datetime, float]] = field(default_factory=list)
     # The claim was given up while one of its jobs was stuck past its timeout.
     abandoned: bool = False
     # Whether the claim is settled (its lock gone or released) when ``run_claim`` returns;
@@ -116,7 +120,14 @@ class Processor:
                 # Recovery counts an attempt on the lock's entry: point it at the one running.
                 with_db_retry(partial(GroupLock.objects.track, claim.lock_id, entry.pk), "track")
             started = time.monotonic()
-            ack = self._run_entry(entry, claim, last, written)
+            started_at = timezone.now()
+            result.starts.append(
+                (
+                    started_at,
+                    (started_at - ready_at(entry.enqueued_at, entry.run_at)).total_seconds(),
+                )
+            )
+            ack = self._run_entry(entry, claim, last, written, started_at)
             if isinstance(ack, _Abandoned):
                 result.abandoned = True
                 break
@@ -134,13 +145,12 @@ class Processor:
         return result
 
     def _run_entry(
-        self, entry: Entry, claim: Claim, last: bool, written: list[Ack]
+        self, entry: Entry, claim: Claim, last: bool, written: list[Ack], started_at: datetime
     ) -> Ack | _Snoozed | _Abandoned | None:
-        """Run one entry; return its acknowledgement, handed to the writer, ``SNOOZED`` if it
-        snoozed, ``ABANDONED`` if it was given up past its timeout, or None if it failed (the
-        outcome is written)."""
+        """Run one entry, started at ``started_at``; return its acknowledgement, handed to the
+        writer, ``SNOOZED`` if it snoozed, ``ABANDONED`` if it was given up past its timeout, or
+        None if it failed (the outcome is written)."""
         started = time.monotonic()
-        started_at = timezone.now()
         lock_id = claim.lock_id if last else None
         try:
             job = get_job(entry.job_name)

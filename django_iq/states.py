@@ -41,6 +41,15 @@ STATE_LABELS = {
 }
 
 
+def entry_state_label(state: str, is_running: bool) -> str:
+    """How people read an entry's state: a pending entry is computing while a live worker runs
+    it (``is_running``: its group lock's tracked entry), and awaiting compute otherwise (its
+    group's other entries wait behind the running one)."""
+    if state == EntryState.PENDING:
+        return STATE_LABELS[COMPUTING if is_running else AWAITING_COMPUTE]
+    return STATE_LABELS.get(state, state)
+
+
 class OutcomeStatus(models.TextChoices):
     """How one run ended, as its outcome record says."""
 

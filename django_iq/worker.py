@@ -449,6 +449,8 @@ class WorkerProcess(IQProcess):
                     self._busy += 1
                 try:
                     result = processor.run_claim(claim, self.stopping.is_set)
+                    for started_at, latency in result.starts:
+                        self.tally.add_start(claim.queue, started_at, latency)
                     if result.abandoned:
                         continue  # given up by _on_stuck, which settled the claim
                     self.record_runs(claim.queue, result.runs)

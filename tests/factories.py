@@ -80,16 +80,29 @@ class EntryFactory(factory.django.DjangoModelFactory):
                 factory_related_name="entry_for_key",
             )
         )
+        # Locked, and the lock's tracked entry: what a live worker's claim runs.
+        running = factory.Trait(
+            lock=factory.RelatedFactory(
+                "tests.factories.GroupLockFactory",
+                factory_related_name="entry_for_key",
+                track_entry=True,
+            )
+        )
 
 
 class GroupLockFactory(factory.django.DjangoModelFactory):
-    """A lock; pass ``entry_for_key=entry`` to lock that entry's group."""
+    """A lock; pass ``entry_for_key=entry`` to lock that entry's group, and ``track_entry=True``
+    to make that entry the one the claim runs (as a claim does)."""
 
     class Meta:
         model = GroupLock
-        exclude = ("entry_for_key",)
+        exclude = ("entry_for_key", "track_entry")
 
     entry_for_key = None
+    track_entry = False
+    entry_id = factory.LazyAttribute(
+        lambda o: o.entry_for_key.pk if o.entry_for_key is not None and o.track_entry else None
+    )
     key = factory.LazyAttribute(
         lambda o: o.entry_for_key.lock_key if o.entry_for_key else f"e:{uuid.uuid4().hex}"
     )

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
@@ -25,9 +25,19 @@ from django_iq.admin.common import (
     report_outcome,
 )
 from django_iq.managers import EntryQuerySet
+from django_iq.managers.entries import lock_running_it
 from django_iq.models import DisabledJob, Entry, GroupLock
 from django_iq.registry import autodiscover, registered_jobs
-from django_iq.states import EntryState, group_lock_key
+from django_iq.states import (
+    AWAITING_COMPUTE,
+    COMPUTING,
+    COUNTED_STATES,
+    FAILED,
+    STATE_LABELS,
+    EntryState,
+    entry_state_label,
+    group_lock_key,
+)
 
 
 class JobFilter(admin.SimpleListFilter):
@@ -52,7 +62,9 @@ class JobFilter(admin.SimpleListFilter):
 
 
 class StateFilter(admin.SimpleListFilter):
-    """Stored states plus the inferred ones, through the queryset's own state methods."""
+    """Stored states plus the inferred ones, through the queryset's own state methods, named as
+    ``states.STATE_LABELS`` names them for people. As the dashboard counts them, computing is the
+    entry a live worker runs, and the entries of its group waiting behind it await compute."""
 
     title = "state"
     parameter_name = "state"
@@ -60,22 +72,17 @@ class StateFilter(admin.SimpleListFilter):
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
     ) -> list[tuple[str, str]]:
-        return [
-            ("initial", "initial (deferred)"),
-            ("pending", "pending"),
-            ("computing", "computing (pending, running)"),
-            ("awaiting_compute", "awaiting compute (pending, ready)"),
-            ("disabled", "disabled"),
-        ]
+        return [(state, STATE_LABELS[state]) for state in COUNTED_STATES if state != FAILED]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         entries = cast(EntryQuerySet, queryset)  # the queryset of Entry's own manager
         states = {
-            "initial": entries.initial,
-            "pending": entries.pending,
-            "computing": entries.computing,
-            "awaiting_compute": entries.awaiting_compute,
-            "disabled": entries.disabled,
+            EntryState.INITIAL.value: entries.initial,
+            EntryState.PENDING.value: entries.pending,
+            EntryState.DISABLED.value: entries.disabled,
+            EntryState.BLOCKED.value: lambda: entries.filter(state=EntryState.BLOCKED),
+            COMPUTING: entries.running,
+            AWAITING_COMPUTE: entries.ready,
         }
         state = states.get(str(self.value()))
         return state() if state is not None else queryset
@@ -122,9 +129,8 @@ class EntryAdmin(ActionOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Entry]:
         # One EXISTS per listed row tells computing from awaiting compute: no query per row.
-        locked = Exists(GroupLock.objects.filter(key=OuterRef("lock_key")))
         entries: QuerySet[Entry] = super().get_queryset(request)
-        return entries.annotate(is_locked=locked)
+        return entries.annotate(is_running=lock_running_it())
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Entry], search_term: str
@@ -148,9 +154,7 @@ class EntryAdmin(ActionOnlyAdmin):
 
     @admin.display(description="state")
     def status(self, entry: Entry) -> str:
-        if entry.state == EntryState.PENDING:
-            return "computing" if getattr(entry, "is_locked", False) else "awaiting compute"
-        return str(entry.state)
+        return entry_state_label(entry.state, bool(getattr(entry, "is_running", False)))
 
     @admin.display(description="group key")
     def group(self, entry: Entry) -> SafeString | None:

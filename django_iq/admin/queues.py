@@ -5,7 +5,6 @@ the operations dashboard and the jobs' statistics over the last hour."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin
@@ -13,7 +12,7 @@ from django.contrib.admin.models import CHANGE
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Field, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -22,6 +21,7 @@ from django.utils.timesince import timesince
 from django_iq import operations, permissions
 from django_iq.admin.common import admin_actor, log_objects, report_outcome
 from django_iq.dashboard import dashboard_view, job_stats_view
+from django_iq.dashboard_links import Links
 from django_iq.managers import QueueStats
 from django_iq.models import Queue
 from django_iq.snapshot import read_snapshot
@@ -62,16 +62,12 @@ def _count_column(state: str) -> Any:
         stats = _stats(queue)
         if stats is None:
             return None
-        count = stats.count(state)
+        # As the dashboard shows it, linked to the same list.
+        count = stats.shown_count(state)
         if not count:
             return count
-        if state == FAILED:
-            url = reverse("admin:django_iq_entryerror_changelist", current_app=self.admin_site.name)
-            query = {"queue__name__exact": queue.name, "is_final__exact": "1", "requeued": "no"}
-        else:
-            url = reverse("admin:django_iq_entry_changelist", current_app=self.admin_site.name)
-            query = {"queue__name__exact": queue.name, "state": state}
-        return format_html('<a href="{}?{}">{}</a>', url, urlencode(query), count)
+        url = Links(self.admin_site.name).entries(queue.name, state)
+        return format_html('<a href="{}">{}</a>', url, count) if url else count
 
     return column
 

@@ -8,6 +8,7 @@ from django_iq.duties.cron import CronDuty, CronPass
 from django_iq.duties.promotion import PromotionDuty
 from django_iq.duties.pruning import PruningDuty
 from django_iq.duties.recovery import RecoveryDuty, RecoveryPass, diagnose
+from django_iq.duties.sampling import SamplingDuty
 from django_iq.duties.vacuum import VacuumDuty, VacuumPass
 
 
@@ -19,6 +20,7 @@ def default_duties() -> list[Duty]:
         RecoveryDuty(),
         CompactionDuty(),
         PruningDuty(),
+        SamplingDuty(),
         VacuumDuty(),
     ]
 
@@ -33,6 +35,7 @@ __all__ = [
     "PruningDuty",
     "RecoveryDuty",
     "RecoveryPass",
+    "SamplingDuty",
     "VacuumDuty",
     "VacuumPass",
     "default_duties",

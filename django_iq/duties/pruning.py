@@ -17,6 +17,8 @@ from django_iq.models import (
     JobLimit,
     JobMinute,
     OperatorAction,
+    QueueDepthMinute,
+    QueueLatencyMinute,
     QueueMinute,
     RunOutcome,
     UniqueKey,
@@ -41,6 +43,8 @@ class PrunePass:
     outcomes: int = 0
     metrics: int = 0
     job_metrics: int = 0
+    latency_metrics: int = 0
+    depth_metrics: int = 0
     audit: int = 0
     starts: int = 0
     unique_keys: int = 0
@@ -52,7 +56,7 @@ class PruningDuty:
     """Remove ``EntryError`` rows past ``ERROR_RETENTION_SECONDS``, worker rows stopped longer
     than ``WORKER_RETENTION_SECONDS``, outcome records (Django Tasks results among them) of
     runs finished longer than ``OUTCOME_RETENTION_SECONDS``, throughput rows (per queue and per
-    job) past ``METRICS_RETENTION_SECONDS``,
+    job), latency and depth rows past ``METRICS_RETENTION_SECONDS``,
     operators' audit records past ``AUDIT_RETENTION_SECONDS``, rate-limited starts older than
     the longest rate limit period (a day), the rows of unique keys whose window
     (``unique_for``) has passed (an expired row holds nothing), and batches whose callback
@@ -78,6 +82,8 @@ class PruningDuty:
             "workers": lambda: Worker.objects.prune(iq_settings.WORKER_RETENTION_SECONDS, batch),
             "metrics": lambda: QueueMinute.objects.prune(minute_before, batch),
             "job_metrics": lambda: JobMinute.objects.prune(minute_before, batch),
+            "latency_metrics": lambda: QueueLatencyMinute.objects.prune(minute_before, batch),
+            "depth_metrics": lambda: QueueDepthMinute.objects.prune(minute_before, batch),
             "outcomes": lambda: RunOutcome.objects.prune(ran_before, batch),
             "audit": lambda: OperatorAction.objects.prune(acted_before, batch),
             "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),

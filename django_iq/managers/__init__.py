@@ -15,6 +15,7 @@ from django_iq.managers.metrics import QueueMinuteManager, QueueTally, QueueTota
 from django_iq.managers.outcomes import Failure, Success
 from django_iq.managers.queues import QueueManager, QueueStats
 from django_iq.managers.records import RunOutcomeManager
+from django_iq.managers.series import QueueDepthMinuteManager, QueueLatencyMinuteManager
 from django_iq.managers.tokens import ApiTokenManager
 from django_iq.managers.uniquekeys import UniqueKeyManager
 from django_iq.managers.workers import WorkerManager
@@ -39,6 +40,8 @@ __all__ = [
     "JobTally",
     "LeaderLeaseManager",
     "OperatorActionManager",
+    "QueueDepthMinuteManager",
+    "QueueLatencyMinuteManager",
     "QueueManager",
     "QueueMinuteManager",
     "QueueStats",

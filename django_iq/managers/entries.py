@@ -93,6 +93,19 @@ def lock_held_by_live_worker() -> Exists:
     )
 
 
+def lock_running_it() -> Exists:
+    """True for an entry its group lock's live worker is running (or about to run next): the
+    lock's tracked entry (``GroupLock.entry_id``). The group's other pending entries wait behind
+    it."""
+    return Exists(
+        iq.GroupLock.objects.filter(
+            key=OuterRef("lock_key"),
+            entry_id=OuterRef("pk"),
+            worker__in=iq.Worker.objects.live().values("pk"),
+        )
+    )
+
+
 class EntryQuerySet(models.QuerySet["Entry"]):
     def initial(self) -> EntryQuerySet:
         return self.filter(state=EntryState.INITIAL)
@@ -116,6 +129,19 @@ class EntryQuerySet(models.QuerySet["Entry"]):
     def awaiting_compute(self) -> EntryQuerySet:
         """Pending entries with no lock: ready, waiting for a processing thread."""
         return self.pending().filter(~lock_held())
+
+    def running(self) -> EntryQuerySet:
+        """Computing entries a live worker is running: each live lock's tracked entry. What
+        operators are shown as computing (the dashboard, the admin)."""
+        return self.pending().filter(lock_running_it())
+
+    def ready(self) -> EntryQuerySet:
+        """Pending entries not running and not held by a dead worker's lock: awaiting compute,
+        plus the entries of a group waiting behind its running entry. What operators are shown
+        as awaiting compute."""
+        return self.pending().filter(
+            ~lock_held() | (lock_held_by_live_worker() & ~lock_running_it())
+        )
 
     def due(self, now: datetime) -> EntryQuerySet:
         """Deferred entries whose run_at has come."""
@@ -149,6 +175,12 @@ class EntryManager(EntryCompactionManager):
 
     def locked_by_dead_workers(self) -> EntryQuerySet:
         return self.get_queryset().locked_by_dead_workers()
+
+    def running(self) -> EntryQuerySet:
+        return self.get_queryset().running()
+
+    def ready(self) -> EntryQuerySet:
+        return self.get_queryset().ready()
 
     def due(self, now: datetime) -> EntryQuerySet:
         return self.get_queryset().due(now)

@@ -41,11 +41,13 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
         self,
         tallies: dict[tuple[str, datetime], QueueTally],
         jobs: dict[tuple[str, datetime, int], JobTally] | None = None,
+        latencies: dict[tuple[str, datetime, int], int] | None = None,
     ) -> None:
         """Add ``tallies`` ((queue, minute) -> counts) to the per-minute rows and the totals,
-        and ``jobs`` ((job name, minute, bucket) -> counts) to ``JobMinute``, in one
+        ``jobs`` ((job name, minute, bucket) -> counts) to ``JobMinute`` and ``latencies``
+        ((queue, minute, latency bucket) -> starts) to ``QueueLatencyMinute``, in one
         transaction (a savepoint inside the caller's)."""
-        if not tallies and not jobs:
+        if not tallies and not jobs and not latencies:
             return
         db = router.db_for_write(self.model)
         minutes = [
@@ -77,6 +79,8 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
             upsert_add(db, iq.QueueTotal, ["queue"], list(totals.values()))
             if jobs:
                 iq.JobMinute.objects.record(db, jobs)
+            if latencies:
+                iq.QueueLatencyMinute.objects.record(db, latencies)
 
     def per_minute(self, start: datetime) -> dict[datetime, dict[str, int]]:
         """Done and failed per minute over all queues since ``start``."""

@@ -11,10 +11,10 @@ from django.db.models import Count, Exists, OuterRef, Q
 
 from django_iq.appmodels import iq
 from django_iq.exceptions import QueueNotFound
-from django_iq.managers.entries import lock_held, lock_held_by_live_worker
+from django_iq.managers.entries import lock_held, lock_held_by_live_worker, lock_running_it
 from django_iq.options import JobCatalog, settings_queues
 from django_iq.queries import snapshot_reads
-from django_iq.states import EntryState
+from django_iq.states import AWAITING_COMPUTE, COMPUTING, EntryState
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -46,6 +46,26 @@ class QueueStats:
     live_locks: int = 0
     # The queue's own alarm threshold; None: ALERT_WAITING_SECONDS.
     alert_waiting_seconds: int | None = None
+    # Computing entries their live worker is running (each live lock's tracked entry); the
+    # rest of ``computing`` wait behind their group's running entry.
+    running: int = 0
+
+    def shown_count(self, state: str) -> int:
+        """The count of ``state`` as operators are shown it (the dashboard, the admin):
+        computing is what live workers run, and the entries of a group waiting behind its
+        running entry await compute with the others (``Entry.objects.running()``,
+        ``ready()``)."""
+        if state == COMPUTING:
+            return self.running
+        if state == AWAITING_COMPUTE:
+            return self.ready
+        return self.count(state)
+
+    @property
+    def ready(self) -> int:
+        """Pending entries not running: awaiting compute, and those waiting behind their
+        group's running entry (what operators are shown as awaiting compute)."""
+        return self.awaiting_compute + self.computing - self.running
 
     def __getattr__(self, name: str) -> int:
         # A stored state reads as an attribute (``stats.pending``), new states included.
@@ -179,18 +199,21 @@ class QueueManager(models.Manager["Queue"]):
             stored.setdefault(str(queue_name), {})[str(state)] = int(n)
         # Each pending entry by its lock: held by a live worker, absent, or held by no live
         # worker. Counted apart, not derived from each other, so that corruption shows.
-        held, live = lock_held(), lock_held_by_live_worker()
-        pending: dict[str, tuple[int, int, int]] = {
-            str(queue_name): (int(computing), int(awaiting), int(dead))
-            for queue_name, computing, awaiting, dead in entries.filter(state=EntryState.PENDING)
+        held, live, running = lock_held(), lock_held_by_live_worker(), lock_running_it()
+        pending: dict[str, tuple[int, int, int, int]] = {
+            str(queue_name): (int(computing), int(awaiting), int(dead), int(run))
+            for queue_name, computing, awaiting, dead, run in entries.filter(
+                state=EntryState.PENDING
+            )
             .values("queue")
             .annotate(
                 computing=Count("pk", filter=Q(live)),
                 awaiting=Count("pk", filter=~Q(held)),
                 dead=Count("pk", filter=Q(held) & ~Q(live)),
+                run=Count("pk", filter=Q(running)),
             )
             .order_by()
-            .values_list("queue", "computing", "awaiting", "dead")
+            .values_list("queue", "computing", "awaiting", "dead", "run")
         }
         live_workers = iq.Worker.objects.live().values("pk")
         lock_counts: dict[str, tuple[int, int]] = {
@@ -217,7 +240,7 @@ class QueueManager(models.Manager["Queue"]):
             "name", "is_paused", "alert_waiting_seconds"
         ):
             counts = stored.get(name, {})
-            computing, awaiting, dead = pending.get(name, (0, 0, 0))
+            computing, awaiting, dead, run = pending.get(name, (0, 0, 0, 0))
             live_locks, orphans = lock_counts.get(name, (0, 0))
             result.append(
                 QueueStats(
@@ -231,6 +254,7 @@ class QueueManager(models.Manager["Queue"]):
                     locks_without_entries=orphans,
                     live_locks=live_locks,
                     alert_waiting_seconds=alert_waiting_seconds,
+                    running=run,
                 )
             )
         return result

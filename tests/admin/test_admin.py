@@ -194,12 +194,19 @@ def test_every_change_page_renders_for_a_superuser(client: Client, model: type[M
 def test_metric_tables_are_left_to_the_dashboard_and_not_registered() -> None:
     from django.contrib import admin
 
-    from django_iq.models import QueueMinute, QueueTotal
+    from django_iq.models import (
+        Dashboard,
+        QueueDepthMinute,
+        QueueLatencyMinute,
+        QueueMinute,
+        QueueTotal,
+    )
 
     registered = {model for model in admin.site._registry if model._meta.app_label == "django_iq"}
 
-    assert registered == set(ALL_MODELS)
-    assert not {QueueMinute, QueueTotal} & registered
+    # The dashboard's proxy is its row in the admin index, not a table of its own.
+    assert registered == {*ALL_MODELS, Dashboard}
+    assert not {QueueMinute, QueueTotal, QueueLatencyMinute, QueueDepthMinute} & registered
 
 
 @pytest.mark.parametrize(
@@ -287,6 +294,26 @@ def test_app_index_links_the_job_statistics_without_the_dashboard_for_queue_view
 
     assert reverse("admin:django_iq_job_stats") in page
     assert reverse("admin:django_iq_dashboard") not in page, "the dashboard needs view_worker"
+    assert reverse("admin:django_iq_dashboard_changelist") not in page
+
+
+def test_admin_index_lists_the_dashboard_and_its_row_leads_there(client: Client) -> None:
+    login(client, "view_queue", "view_worker")
+
+    index = client.get(reverse("admin:index"))
+    followed = client.get(reverse("admin:django_iq_dashboard_changelist"), follow=True)
+
+    assert f'href="{reverse("admin:django_iq_dashboard_changelist")}"' in index.content.decode()
+    assert followed.redirect_chain == [(reverse("admin:django_iq_dashboard"), 302)]
+    assert followed.status_code == 200
+
+
+def test_admin_index_hides_the_dashboard_from_users_who_may_not_see_it(client: Client) -> None:
+    login(client, "view_entry")
+
+    index = client.get(reverse("admin:index"))
+
+    assert reverse("admin:django_iq_dashboard_changelist") not in index.content.decode()
 
 
 def test_queue_changelist_links_to_the_dashboard(client: Client) -> None:

@@ -25,6 +25,7 @@ from tests.admin.test_admin import (
     messages_of,
     run_action,
 )
+from tests.conftest import iq_settings_with
 from tests.factories import DisabledJobFactory, EntryFactory, GroupLockFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
@@ -140,7 +141,7 @@ def entries_in_every_state() -> dict[str, Any]:
     return {
         "initial": EntryFactory(deferred=True),
         "disabled": EntryFactory(disabled=True),
-        "computing": EntryFactory(locked=True),
+        "computing": EntryFactory(running=True),
         "awaiting_compute": EntryFactory(),
     }
 
@@ -155,6 +156,7 @@ def entries_in_every_state() -> dict[str, Any]:
         ("disabled", ["disabled"]),
     ],
 )
+@iq_settings_with(WORKER_SILENT_AFTER_SECONDS=600)  # the factory's worker sends no heartbeat
 def test_state_filter_selects_stored_and_inferred_states(
     client: Client, entries_in_every_state: dict[str, Any], state: str, expected: list[str]
 ) -> None:
@@ -165,6 +167,7 @@ def test_state_filter_selects_stored_and_inferred_states(
     assert sorted(listed_ids(response)) == sorted(entries_in_every_state[n].pk for n in expected)
 
 
+@iq_settings_with(WORKER_SILENT_AFTER_SECONDS=600)  # the factory's worker sends no heartbeat
 def test_state_column_shows_the_inferred_state_of_pending_entries(
     client: Client, entries_in_every_state: dict[str, Any]
 ) -> None:
@@ -239,7 +242,7 @@ def test_group_key_column_links_to_the_whole_group(client: Client) -> None:
 
 def test_change_page_shows_who_holds_the_group_lock(client: Client) -> None:
     entry = EntryFactory()
-    lock = GroupLockFactory(entry_for_key=entry)
+    lock = GroupLockFactory(entry_for_key=entry, track_entry=True)
     login_superuser(client)
 
     response = client.get(change_url(entry))
@@ -337,3 +340,26 @@ def test_entries_cannot_be_deleted_around_the_cancel_action(client: Client) -> N
     assert "delete_selected" not in dict(page.context["action_form"].fields["action"].choices)
     assert delete.status_code == 403
     assert Entry.objects.filter(pk=entry.pk).exists()
+
+
+# The factory's worker sends no heartbeat: keep it live for the length of the test.
+@iq_settings_with(WORKER_SILENT_AFTER_SECONDS=600)
+def test_entries_waiting_behind_their_groups_running_entry_show_and_filter_as_awaiting_compute(
+    client: Client,
+) -> None:
+    running = EntryFactory(group_key="invoices-42", running=True)
+    behind = [EntryFactory(group_key="invoices-42", lock_key=running.lock_key) for _ in range(2)]
+    login_superuser(client)
+
+    page = client.get(changelist_url(Entry) + "?q=invoices-42")
+    computing = client.get(changelist_url(Entry) + "?state=computing")
+    awaiting = client.get(changelist_url(Entry) + "?state=awaiting_compute")
+
+    states = dict(zip(listed_ids(page), column(page, "status"), strict=True))
+    assert states == {
+        running.pk: "computing",
+        behind[0].pk: "awaiting compute",
+        behind[1].pk: "awaiting compute",
+    }
+    assert listed_ids(computing) == [running.pk]
+    assert sorted(listed_ids(awaiting)) == sorted(entry.pk for entry in behind)

@@ -3,7 +3,10 @@ and edits of weight and concurrency through the manager."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from datetime import timedelta
+from html import unescape
 from unittest import mock
 
 import pytest
@@ -24,6 +27,7 @@ from tests.admin.test_admin import (
     messages_of,
     run_action,
 )
+from tests.conftest import iq_settings_with
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
 from tests.testapp.jobs import invalidate
 
@@ -39,9 +43,16 @@ COUNT_COLUMNS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _workers_stay_live() -> Iterator[None]:
+    # Factory workers send no heartbeats: keep them live for the length of a test.
+    with iq_settings_with(WORKER_SILENT_AFTER_SECONDS=600):
+        yield
+
+
 def fill_default_queue() -> None:
     EntryFactory.create_batch(2, deferred=True)
-    EntryFactory(locked=True)
+    EntryFactory(running=True)
     EntryFactory.create_batch(3)
     EntryFactory(disabled=True)
     EntryErrorFactory.create_batch(2)
@@ -76,6 +87,32 @@ def test_counts_link_to_the_matching_entries_and_failures(client: Client) -> Non
         "/admin/django_iq/entryerror/?queue__name__exact=default&amp;is_final__exact=1"
         "&amp;requeued=no" in page
     )
+
+
+def test_each_count_links_to_a_list_of_as_many_entries_as_the_dashboard_shows(
+    client: Client,
+) -> None:
+    fill_default_queue()
+    running = EntryFactory(group_key="orders-3", running=True)
+    EntryFactory.create_batch(2, group_key="orders-3", lock_key=running.lock_key)
+    login_superuser(client)
+
+    page = client.get(changelist_url(Queue)).content.decode()
+    links = re.findall(r'<a href="(/admin/django_iq/entry/\?[^"]+)">(\d+)</a>', page)
+
+    listed = {
+        unescape(url).rsplit("state=", 1)[1]: (int(count), client.get(unescape(url)))
+        for url, count in links
+    }
+    assert {state: count for state, (count, _) in listed.items()} == {
+        "initial": 2,
+        "pending": 7,
+        "disabled": 1,
+        "computing": 2,
+        "awaiting_compute": 5,
+    }
+    for count, response in listed.values():
+        assert response.context["cl"].queryset.count() == count
 
 
 def test_linked_failures_are_the_failed_count(client: Client) -> None:

@@ -157,3 +157,29 @@ def test_load_bar_fills_its_clamped_fraction(fraction: float | None, width: floa
     assert float(track.get("width", "")) == 79
     assert float(fill.get("width", "")) == width
     assert root.findtext("svg:title", namespaces=NS) == "busy"
+
+
+def test_lines_chart_draws_each_series_broken_where_a_minute_has_no_value() -> None:
+    start = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+    minutes = [start + timedelta(minutes=i) for i in range(5)]
+    p50 = list(zip(minutes, [1.0, 2.0, None, 3.0, 4.0], strict=True))
+    p95 = list(zip(minutes, [5.0, None, None, None, 8.0], strict=True))
+
+    root = parse(charts.lines_chart([("p50", p50), ("p95", p95)], title="Latency", unit=" s"))
+
+    lines = root.findall("svg:polyline", NS)
+    # p50: two runs of two points around the gap; p95: two lone points, no line.
+    assert [line.get("class") for line in lines] == ["iq-series-0", "iq-series-0"]
+    points = root.findall("svg:circle", NS)
+    tips = [point.findtext("svg:title", namespaces=NS) for point in points]
+    assert tips == [
+        "p50 10:00: 1 s",
+        "p50 10:01: 2 s",
+        "p50 10:03: 3 s",
+        "p50 10:04: 4 s",
+        "p95 10:00: 5 s",
+        "p95 10:04: 8 s",
+    ]
+    assert (
+        "".join(root.find("svg:text[@class='iq-legend']", NS).itertext()) == "\u25cf p50 \u25cf p95"
+    )

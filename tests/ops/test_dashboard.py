@@ -22,7 +22,7 @@ from django_iq.charts import SVG_NS
 from django_iq.dashboard import CHART_MINUTES, REFRESH_SECONDS, dashboard_data, format_age
 from django_iq.managers import QueueTally
 from django_iq.managers.metrics import minute_of
-from django_iq.models import Entry, Queue, QueueMinute, Worker
+from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, Worker
 from django_iq.worker import WorkerProcess
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory, WorkerFactory
 from tests.testapp.jobs import always_fails, record
@@ -102,6 +102,13 @@ def svgs(html: str) -> list[ET.Element]:
 def chart(html: str, css_class: str) -> ET.Element:
     (found,) = [svg for svg in svgs(html) if css_class in svg.get("class", "").split()]
     return found
+
+
+def headline(html: str, element_id: str) -> str:
+    """The text of a headline number (inside its link, if it has one)."""
+    found = re.search(rf'id="{element_id}"[^>]*>(?:<a [^>]*>)?([^<]*)<', html)
+    assert found, f"no headline #{element_id} on the page"
+    return found.group(1)
 
 
 def drain() -> None:
@@ -185,7 +192,7 @@ def test_post_is_not_allowed(operator_client: Client) -> None:
 @pytest.mark.django_db
 def test_counts_per_state_and_invariant_are_shown_per_queue(operator_client: Client) -> None:
     EntryFactory.create_batch(2)
-    EntryFactory(locked=True)
+    EntryFactory(running=True)
     EntryFactory(deferred=True)
     EntryFactory(disabled=True)
     EntryFactory(queue=QueueFactory(name="emails"))
@@ -205,17 +212,17 @@ def test_counts_per_state_and_invariant_are_shown_per_queue(operator_client: Cli
         "state=awaiting_compute": "2",
         "state=failed": "0",
     }
-    assert default["invariant=holds"] == "holds"
+    assert default["invariant=holds"] == "ok"
     assert rows["emails"]["state=awaiting_compute"] == "1"
     assert rows["emails"]["state=failed"] == "1"
     assert rows["reports"]["state=pending"] == "0"
-    assert rows["reports"]["invariant=holds"] == "holds"
+    assert rows["reports"]["invariant=holds"] == "ok"
 
 
 @pytest.mark.django_db
 def test_dashboard_data_reads_the_same_counts_as_queue_stats() -> None:
     EntryFactory.create_batch(3)
-    EntryFactory(locked=True)
+    EntryFactory(running=True)
     EntryFactory(queue=QueueFactory(name="emails"), deferred=True)
 
     data = dashboard_data(timezone.now())
@@ -230,7 +237,7 @@ def test_dashboard_data_reads_the_same_counts_as_queue_stats() -> None:
         "awaiting_compute": 3,
         "failed": 0,
     }
-    assert data.invariant_holds
+    assert data.snapshot.invariant_holds
 
 
 @pytest.mark.django_db
@@ -246,9 +253,10 @@ def test_a_broken_invariant_is_shown_as_broken_with_its_counts(operator_client: 
     html = operator_client.get(URL).content.decode()
 
     assert cells(html)["default"]["invariant=broken"] == (
-        "brokenlocked_by_dead_workers=1locks_without_entries=1"
+        "counts brokenlocked_by_dead_workers=1locks_without_entries=1"
     )
-    assert re.search(r'id="iq-invariant">broken<', html)
+    # No leader, and the broken counts (the orphaned lock's worker is live).
+    assert headline(html, "iq-status") == "2 problems"
     assert 'data-alarm-reason="invariant_broken" data-alarm-queue="default"' in html
 
 
@@ -316,8 +324,8 @@ def test_jobs_run_by_a_worker_show_in_the_charts(operator_client: Client) -> Non
     failed_chart = chart(html, "iq-line-chart")
     marks = failed_chart.findall(f"{{{SVG_NS}}}circle")
     assert sum(int(m.findtext(f"{{{SVG_NS}}}title", "").rsplit(": ", 1)[1]) for m in marks) == 2
-    assert re.search(r'id="iq-done-hour">3<', html)
-    assert re.search(r'id="iq-failed-hour">2<', html)
+    assert headline(html, "iq-done-hour") == "3"
+    assert headline(html, "iq-failed-hour") == "2"
     assert cells(html)["default"]["state=failed"] == "1"
 
 
@@ -328,8 +336,8 @@ def test_every_svg_on_the_page_is_well_formed(operator_client: Client) -> None:
     html = operator_client.get(URL).content.decode()
 
     found = svgs(html)
-    # Two charts, the cluster load bar and one load bar per worker.
-    assert len(found) == 4
+    # Four charts, the cluster load bar and one load bar per worker.
+    assert len(found) == 6
     assert all(svg.tag == f"{{{SVG_NS}}}svg" for svg in found)
 
 
@@ -406,8 +414,8 @@ def test_workers_table_shows_state_role_and_throttling(operator_client: Client) 
     assert rows["w-live"]["state=live"] == "live"
     assert rows["w-live"]["throttled=yes"] == "throttled"
     assert rows["w-dead"]["state=dead"] == "dead"
-    assert re.search(r'id="iq-live-workers">1<', html)
-    assert re.search(r'id="iq-throttled">1<', html)
+    assert headline(html, "iq-live-workers") == "1"
+    assert headline(html, "iq-throttled") == "1"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -475,13 +483,15 @@ def _queries(action: Callable[[], object]) -> int:
 
 
 @pytest.mark.django_db
-def test_dashboard_data_takes_seventeen_queries(django_assert_num_queries: Any) -> None:
-    EntryFactory()
+def test_dashboard_data_takes_twenty_two_queries(django_assert_num_queries: Any) -> None:
+    EntryFactory(running=True)
     WorkerFactory()
+    LeaderLease.objects.acquire("leader-1", 30)
 
     # The operator snapshot's twelve, the jobs no live worker serves (two), the per-minute
-    # counts, the last hour per job, and the jobs' limits (none here: one).
-    with django_assert_num_queries(17):
+    # counts, the last hour per job, the jobs' limits (none here: one), the leader's row, the
+    # running entries (two), the latency and the depth series: five more than the snapshot's.
+    with django_assert_num_queries(22):
         dashboard_data(timezone.now())
 
 
@@ -489,7 +499,7 @@ def test_dashboard_data_takes_seventeen_queries(django_assert_num_queries: Any) 
 def test_query_count_does_not_grow_with_queues_entries_or_workers(
     operator_client: Client,
 ) -> None:
-    EntryFactory()
+    EntryFactory(running=True)
     WorkerFactory()
     operator_client.get(URL)  # warm the session and permission caches
     small_data = _queries(lambda: dashboard_data(timezone.now()))
@@ -499,7 +509,7 @@ def test_query_count_does_not_grow_with_queues_entries_or_workers(
     for index in range(8):
         queue = QueueFactory(name=f"bulk-{index}")
         EntryFactory.create_batch(5, queue=queue)
-        EntryFactory(queue=queue, locked=True)
+        EntryFactory(queue=queue, running=True)
         EntryErrorFactory(queue=queue)
         QueueMinute.objects.record({(queue.name, minute_of(now)): QueueTally(done=index + 1)})
     WorkerFactory.create_batch(5)

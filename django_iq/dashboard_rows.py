@@ -1,0 +1,121 @@
+"""The rows of the dashboard's tables: a queue's counts per state as people read them, each with
+the link to the rows it counts; a worker with its load bar; a job's duration quantiles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.utils.safestring import SafeString
+
+from django_iq import charts
+from django_iq.dashboard_links import Links
+from django_iq.dashboard_panels import format_age, format_duration
+from django_iq.managers.jobstats import JobStats
+from django_iq.snapshot import QueueView, WorkerView
+from django_iq.states import COUNTED_STATES
+
+if TYPE_CHECKING:
+    from django_iq.managers import QueueStats
+
+
+def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:
+    """``(stats, median, 95th percentile)`` of each job, the durations formatted for people."""
+    return [
+        (stats, format_duration(stats.p50_seconds), format_duration(stats.p95_seconds))
+        for stats in job_stats
+    ]
+
+
+def job_links(
+    links: Links, since: datetime, job_stats: list[JobStats]
+) -> dict[str, tuple[str | None, str | None]]:
+    """Job name -> links to its runs, and to its failed runs, that ended since ``since``."""
+    return {
+        stats.job_name: (
+            links.outcomes(since, job=stats.job_name),
+            links.outcomes(since, job=stats.job_name, failed=True),
+        )
+        for stats in job_stats
+    }
+
+
+def display_counts(stats: QueueStats) -> dict[str, int]:
+    """Counts per state as people read them: computing is what live workers run, and the
+    entries of a group waiting behind its running entry await compute with the others."""
+    return {state: stats.shown_count(state) for state in COUNTED_STATES}
+
+
+# (state, count, link to the rows counted or None)
+Cell = tuple[str, int, str | None]
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One queue of the snapshot, as the dashboard shows it, with links to its rows."""
+
+    view: QueueView
+    links: Links
+
+    @property
+    def stats(self) -> QueueStats:
+        return self.view.stats
+
+    @property
+    def oldest_waiting_seconds(self) -> float | None:
+        return self.view.oldest_waiting_seconds
+
+    @property
+    def oldest_waiting(self) -> str:
+        return format_age(self.view.oldest_waiting_seconds)
+
+    @property
+    def cells(self) -> list[Cell]:
+        """(state, count, link) in ``COUNTED_STATES`` order, for the state columns."""
+        return [
+            (state, count, self.links.entries(self.view.name, state))
+            for state, count in display_counts(self.view.stats).items()
+        ]
+
+    @property
+    def broken_counts(self) -> list[tuple[str, int]]:
+        """(name, count) of the corruption counts that are not zero."""
+        return list(self.view.stats.broken_counts.items())
+
+    def merged(self) -> int:
+        return self.view.merged
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker or leader process of the snapshot, as the dashboard shows it: the
+    ``WorkerView``'s fields, plus its load chart."""
+
+    view: WorkerView
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.view, name)
+
+    @property
+    def load(self) -> float | None:
+        """Busy processing threads over processing threads; None for a process without any."""
+        if not self.view.processing_threads:
+            return None
+        return min(1.0, self.view.busy_threads / self.view.processing_threads)
+
+    @property
+    def shows_throttled(self) -> bool:
+        """Throttled, and live: a stopped worker's last report throttles nothing now."""
+        return self.view.is_live and self.view.is_throttled
+
+    @property
+    def heartbeat_age(self) -> str:
+        return format_age(self.view.heartbeat_age_seconds)
+
+    @property
+    def load_chart(self) -> SafeString:
+        if not self.view.is_live:
+            return charts.load_bar(None, label=self.view.state)
+        label = "no processing threads" if self.load is None else f"{self.load:.0%} busy"
+        return charts.load_bar(self.load, label=label)
