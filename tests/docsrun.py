@@ -1,40 +1,10 @@
 """Runs the code blocks of README.md and docs/ with Sybil: tests/test_docs.py makes one test of
-each block, named ``page.md:line``.
-
-A well-kept library (its Markdown lexers, skip directives and invisible blocks) parses the pages;
-what this module adds is how a block of this project runs:
-
-- Each test runs its block after the ``python`` blocks above it on its page, in a namespace
-  of the page's own, so a block builds on the blocks above it (and a test picked alone with
-  ``-k`` still works). Tracebacks point at the page's own lines. The database is SQLite's test
-  database, in the test's transaction, rolled back; jobs registered, modules made and signal
-  receivers connected by the page are undone after the test too.
-- A ``python`` block whose first line is a file comment, ``# shop/jobs.py``, is that module:
-  it runs as a real module (``shop.jobs``, its packages made when missing) in ``sys.modules``,
-  so later blocks import from it (``from shop.jobs import send_receipt``) and the jobs it
-  defines get their real names (``shop.jobs.send_receipt``).
-- A settings block (``# settings.py`` on its first line, or made only of imports and
-  assignments to UPPER_CASE names) runs in a settings namespace of its own per page, which
-  starts as the settings ``django-admin startproject`` writes (``BASE_DIR``, ``INSTALLED_APPS``,
-  ``DATABASES``). Then what it set is checked: ``DJANGO_IQ`` by django_iq's system checks (a
-  snippet the library refuses fails), ``INSTALLED_APPS`` holds ``"django_iq"``, each ``TASKS``
-  backend and ``DATABASES`` engine imports.
-- ``bash``/``sh`` blocks run with ``bash -e -o pipefail`` in a scratch directory holding the
-  example project's ``manage.py``, against a scratch SQLite database migrated once, with this
-  Python's ``python`` first on ``PATH``. Commands are written without a ``$`` prompt.
-- ``json`` blocks must parse. Other languages (``text``, ``ini``, ``yaml``, ``mermaid``) are
-  shown, not run.
-
-Markers, in HTML comments just above a block (GitHub shows nothing of them):
-
-- ``<!-- skip: next "why" -->`` skips the next block, reported as skipped with the reason; use
-  it for blocks that need a server (PostgreSQL, PgBouncer, systemd, a running site for curl),
-  the network (``pip install``), run until stopped (``runworker`` without ``--burst``), run the
-  test suite (``pytest``, ``tox``) or are a command's synopsis with placeholders.
-  ``<!-- skip: start "why" -->`` ... ``<!-- skip: end -->`` skips every block between.
-- ``<!-- invisible-code-block: python`` ... ``-->`` runs code the reader need not see, such as
-  a stand-in ``# shop/models.py`` module for a model the example only names.
-"""
+each block, named ``page.md:line``. Sybil parses the pages (fenced blocks, the
+``<!-- skip: next "why" -->`` markers, ``<!-- invisible-code-block: python`` blocks); this module
+says how a block of this project runs: ``python`` blocks page by page on the test database, a
+block headed ``# shop/jobs.py`` as that module, settings blocks through django_iq's system
+checks, ``bash`` blocks against the example project on a scratch SQLite database, ``json``
+blocks parsed. docs/writing-docs.md is the guide for doc authors."""
 
 from __future__ import annotations
 
@@ -96,9 +66,15 @@ STARTPROJECT_SETTINGS: dict[str, Any] = {
 }
 
 
+def shown(page: Path | str) -> str:
+    """A page's path as messages show it: from the checkout's root when it is inside."""
+    page = Path(page)
+    return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
+
+
 def where(example: Example) -> str:
     """``docs/page.md:12``: the page and line of a block, as failure messages name it."""
-    return f"{Path(example.path).relative_to(ROOT)}:{example.line}"
+    return f"{shown(example.path)}:{example.line}"
 
 
 class BlockFailed(AssertionError):
@@ -294,15 +270,15 @@ class Block:
     line: int
 
     def __str__(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        return f"{shown(self.page)}:{self.line}"
 
 
-def code_blocks() -> list[Block]:
+def code_blocks(pages: list[Path] = PAGES) -> list[Block]:
     """Every block that runs, page by page, in page order (skip markers are not tests: they
     act on the way)."""
     return [
         Block(page, example.start, example.line)
-        for page in PAGES
+        for page in pages
         for example in Document.parse(str(page), *PARSERS)
         if example.region.evaluator in EVALUATORS
     ]
