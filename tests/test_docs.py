@@ -1,18 +1,27 @@
 """The documentation holds together: every relative link in README.md and docs/ reaches a file
-(and a heading, when it names one), every Python block parses and every shell block passes
-``bash -n``. ``tox -e docs`` runs this file alone."""
+(and a heading, when it names one), and every code block runs as written: one test per block,
+named ``page.md:line`` (tests/docsrun.py says how each language runs, and the markers).
+``tox -e docs`` runs this file alone; the blocks run on SQLite and are skipped elsewhere."""
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+from tests.docsrun import (
+    PAGES,
+    ROOT,
+    Block,
+    code_blocks,
+    remove_shell_sandbox,
+    run_block,
+    runs_on_this_database,
+)
+
+BLOCKS = code_blocks()
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -54,21 +63,10 @@ def links() -> list[tuple[Path, str]]:
     return out
 
 
-def blocks(language: set[str]) -> list[tuple[Path, int, str]]:
-    out = []
-    for page in PAGES:
-        text = page.read_text()
-        for match in FENCE.finditer(text):
-            if match.group(1) in language:
-                line = text.count("\n", 0, match.start()) + 1
-                out.append((page, line, match.group(2)))
-    return out
-
-
 def test_the_docs_have_pages_links_and_code() -> None:
     assert len(PAGES) > 10
     assert len(links()) > 20
-    assert blocks({"python"}) and blocks({"bash", "sh", "shell"})
+    assert {block.page for block in BLOCKS} >= {ROOT / "README.md", ROOT / "docs/index.md"}
 
 
 @pytest.mark.parametrize(
@@ -87,26 +85,17 @@ def test_relative_link_reaches_its_file_and_heading(page: Path, target: str) -> 
         )
 
 
-@pytest.mark.parametrize(
-    ("page", "line", "code"),
-    blocks({"python", "py"}),
-    ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else str(v)[:0],
-)
-def test_python_block_parses(page: Path, line: int, code: str) -> None:
-    try:
-        compile(code, f"{page.relative_to(ROOT)}:{line}", "exec")
-    except SyntaxError as exc:
-        pytest.fail(f"{page.relative_to(ROOT)}:{line + (exc.lineno or 0)}: {exc.msg}")
+@pytest.fixture(scope="module", autouse=True)
+def _shell_sandbox() -> Iterator[None]:
+    yield
+    remove_shell_sandbox()
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.parametrize(
-    ("page", "line", "code"),
-    blocks({"bash", "sh", "shell"}),
-    ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else str(v)[:0],
-)
-def test_shell_block_parses(page: Path, line: int, code: str) -> None:
-    checked = subprocess.run(
-        ["bash", "-n"], input=code, capture_output=True, text=True, check=False
-    )
-    assert checked.returncode == 0, f"{page.relative_to(ROOT)}:{line}: {checked.stderr}"
+@pytest.mark.django_db
+@pytest.mark.parametrize("block", BLOCKS, ids=str)
+def test_block_runs_as_written(block: Block) -> None:
+    """The block runs after the blocks above it on its page, in the test's transaction."""
+    reason = runs_on_this_database()
+    if reason:
+        pytest.skip(reason)
+    run_block(block)
