@@ -160,10 +160,15 @@ def check_settings_block(namespace: dict[str, Any], names: set[str], place: str)
     """Refuse settings that Django or django_iq would refuse at start-up."""
     problems: list[str] = []
     if "DJANGO_IQ" in names:
-        # The checks see the test settings' databases plus the aliases the page adds.
+        # The checks see the test settings' databases plus the aliases the page adds, and the
+        # page's DEBUG (True as startproject writes it, unless the page says otherwise).
         databases = {**namespace["DATABASES"], **settings.DATABASES}
+        # The project's own job and task modules are imported under its real settings first:
+        # importing them under the page's (a task naming a queue the page does not declare)
+        # would be refused for reasons that are not the page's.
+        registry.autodiscover()
         with (
-            override_settings(DJANGO_IQ=namespace["DJANGO_IQ"]),
+            override_settings(DJANGO_IQ=namespace["DJANGO_IQ"], DEBUG=namespace.get("DEBUG", True)),
             mock.patch.object(settings, "DATABASES", databases),
         ):
             problems += _messages(check_settings() + check_leader_settings())
