@@ -210,7 +210,7 @@ def test_a_killed_workers_entry_is_recovered_and_run_by_another_through_the_pool
 
 
 def admin_pages() -> list[str]:
-    """Every django_iq model's changelist the admin has."""
+    """Every django_iq model's changelist the admin has (the dashboard's redirects to its page)."""
     return sorted(
         m._meta.model_name for m in admin.site._registry if m._meta.app_label == "django_iq"
     )
@@ -233,7 +233,7 @@ def test_the_admin_through_the_pooler_lists_and_pauses_a_queue(pooler: Pooler) -
         "client.force_login(User.objects.create_superuser('pooled', 'p@example.com', 'pw'))\n"
         f"for page in {pages!r}:\n"
         "    url = reverse(f'admin:django_iq_{page}_changelist')\n"
-        "    print(page, client.get(url).status_code)\n"
+        "    print(page, client.get(url, follow=True).status_code)\n"
         "response = client.post(reverse('admin:django_iq_queue_changelist'), "
         f"{{'action': 'pause_queues', '_selected_action': [{reports.pk}]}})\n"
         "print('action', response.status_code)\n",
