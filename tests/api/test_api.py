@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_iq.api.endpoint import MAX_IDS
-from django_iq.models import Entry, EntryError, OperatorAction, Queue, Worker
+from django_iq.models import ApiToken, Entry, EntryError, OperatorAction, Queue, Worker
 from tests.factories import (
     EntryErrorFactory,
     EntryFactory,
@@ -247,6 +247,40 @@ def test_an_unknown_query_parameter_is_refused_even_where_none_are_taken(viewer:
         "error": "Unknown query parameter 'name'. It takes none.",
         "parameter": "name",
     }
+
+
+# -- paths ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("debug", [True, False])
+@pytest.mark.parametrize("by", ["token", "session"])
+def test_a_path_without_its_trailing_slash_reaches_the_endpoint(
+    operator: Api, debug: bool, by: str
+) -> None:
+    # CommonMiddleware would redirect it (and with DEBUG on, refuse to redirect a POST).
+    entry = EntryFactory(queue=QueueFactory(name="emails"))
+    headers = {"X-CSRFToken": operator.csrf_token()}
+    if by == "token":
+        user = User.objects.get(username="operator")
+        headers = {"Authorization": f"Bearer {ApiToken.objects.issue(user, 'ci')[1]}"}
+    client = operator.client if by == "session" else Client(enforce_csrf_checks=True)
+
+    with override_settings(DEBUG=debug, APPEND_SLASH=True):
+        paused = client.post("/iq/api/queues/emails/pause", headers=headers)
+        counted = client.get("/iq/api/entries/count", {"queue": "emails"}, headers=headers)
+        deleted = client.delete(f"/iq/api/entries/{entry.pk}", headers=headers)
+
+    assert paused.status_code == 200, paused.content
+    assert paused.json()["changed"] is True
+    assert Queue.objects.get(name="emails").is_paused
+    assert counted.json() == {"count": 1, "estimated": False}
+    assert deleted.status_code == 200, deleted.content
+    assert not Entry.objects.filter(pk=entry.pk).exists()
+
+
+def test_the_routes_reverse_to_their_paths_with_the_slash() -> None:
+    assert url("queue-pause", "emails") == "/iq/api/queues/emails/pause/"
+    assert url("entry", 7) == "/iq/api/entries/7/"
 
 
 # -- entries ----------------------------------------------------------------------------------

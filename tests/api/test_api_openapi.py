@@ -45,7 +45,8 @@ def routes() -> dict[str, Endpoint]:
     for pattern in api_urls.urlpatterns:
         assert isinstance(pattern, URLPattern)
         assert isinstance(pattern.callback, Endpoint), f"{pattern} is not an API Endpoint"
-        found[template(pattern)] = pattern.callback
+        if pattern.name is not None:  # not the same route without its trailing slash
+            found[template(pattern)] = pattern.callback
     return found
 
 

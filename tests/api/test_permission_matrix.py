@@ -155,6 +155,8 @@ def test_each_door_answers_each_caller_as_the_security_page_says(row: Row, kind:
 def test_the_matrix_names_every_api_route_and_the_permissions_each_needs() -> None:
     documented = {(row.method, row.path): row.needs for row in MATRIX}
     for pattern in urlpatterns:
+        if pattern.name is None:  # the same route without its trailing slash
+            continue
         route = re.sub(r"<int:\w+>", "{id}", str(pattern.pattern)).replace("<path:name>", "{name}")
         path = "/iq/api/" + route
         endpoint = pattern.callback
