@@ -203,6 +203,28 @@ def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(operator: 
     assert not Entry.objects.filter(pk=entry.pk).exists()
 
 
+def test_the_csrf_check_comes_after_authentication_and_before_the_method_check(
+    operator: Api,
+) -> None:
+    QueueFactory(name="emails")
+    pause = url("queue-pause", "emails")
+    operator.csrf_token()  # the cookie is set, the header is not sent
+
+    anonymous = Client(enforce_csrf_checks=True).post(pause)
+    without_token = operator.client.post(pause)
+    put_without_token = operator.client.put(pause)
+
+    assert anonymous.status_code == 401
+    assert "log in as a staff user" in anonymous.json()["error"]
+    for refused in (without_token, put_without_token):
+        assert refused.status_code == 403
+        assert refused["Content-Type"] == "application/json"
+        assert refused.json()["error"].startswith(
+            "CSRF verification failed (CSRF token missing.). Send the value of the csrftoken "
+        )
+    assert not Queue.objects.get(name="emails").is_paused
+
+
 def test_any_get_of_the_api_sets_the_csrf_cookie(operator: Api) -> None:
     response = operator.get(url("entry-count"))
 
