@@ -4,9 +4,12 @@ iq_cancel, iq_requeue, iq_cron)."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +20,17 @@ from django.utils.dateparse import parse_datetime
 from django_iq import operations
 from django_iq.management.commands import iq_status
 from django_iq.management.output import format_seconds, render_table
-from django_iq.models import CronJob, DisabledJob, Entry, EntryError, OperatorAction, Queue, Worker
+from django_iq.models import (
+    CronJob,
+    DisabledJob,
+    Entry,
+    EntryError,
+    OperatorAction,
+    Queue,
+    QueueTotal,
+    Worker,
+)
+from django_iq.snapshot import read_snapshot
 from tests.conftest import iq_settings_with
 from tests.factories import (
     CronJobFactory,
@@ -252,6 +265,55 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
     assert lines[workers + 3].split()[:3] == ["web2:11", "worker", "dead"]
     assert "web3:12" not in output
     assert lines[lines.index("Leader") + 1].startswith("web1:20:leader  epoch 7  lease expires in")
+
+
+def test_the_example_of_docs_reference_cli_is_what_iq_status_prints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs/reference/cli.md").read_text()
+    shown = page.split("```text\n$ python manage.py iq_status\n", 1)[1].split("```", 1)[0]
+    # The same cluster: its times are relative to one moment, the report's.
+    now = timezone.now()
+
+    def ago(seconds: float) -> datetime:
+        return now - timedelta(seconds=seconds)
+
+    QueueFactory(name="emails")
+    QueueFactory(name="reports", is_paused=True)
+    workers = [
+        WorkerFactory(name="web1:4242", busy_threads=4, cpu_percent=71, memory_percent=38),
+        WorkerFactory(name="web2:4310", busy_threads=4, cpu_percent=93, memory_percent=41),
+    ]
+    EntryFactory.create_batch(2, deferred=True)
+    for index in range(8):
+        EntryFactory(locked=True, lock__worker=workers[index % 2], enqueued_at=ago(30))
+    EntryFactory.create_batch(3, job_name="billing.jobs.invoice", enqueued_at=ago(198))
+    EntryFactory.create_batch(401, enqueued_at=ago(40))
+    EntryFactory.create_batch(5, state="blocked")
+    EntryFactory(queue__name="emails", enqueued_at=ago(2))
+    EntryFactory.create_batch(37, queue__name="reports", enqueued_at=ago(3900))
+    EntryErrorFactory.create_batch(3)
+    QueueTotal.objects.create(queue="default", merged=120)
+    Worker.objects.filter(name="web1:4242").update(heartbeat_at=ago(1))
+    Worker.objects.filter(name="web2:4310").update(heartbeat_at=ago(2), is_throttled=True)
+    WorkerFactory(
+        name="web1:4250:leader",
+        role="leader",
+        processing_threads=0,
+        cpu_percent=2,
+        memory_percent=5,
+        heartbeat_at=now,
+    )
+    WorkerFactory(name="web3:977", cpu_percent=12, memory_percent=20, heartbeat_at=ago(252))
+    LeaderLeaseFactory(holder="web1:4250:leader", epoch=12, expires_at=now + timedelta(seconds=13))
+    monkeypatch.setattr(iq_status, "read_snapshot", functools.partial(read_snapshot, now=now))
+
+    # The default silence (30 s), not the tests' 3 s: building 455 entries may take seconds.
+    with iq_settings_with(WORKER_SILENT_AFTER_SECONDS=30):
+        printed = run("iq_status")
+
+    times = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+    assert times.sub("<time>", printed) == times.sub("<time>", shown)
 
 
 def test_status_says_when_there_is_no_leader_or_its_lease_expired() -> None:
