@@ -116,6 +116,10 @@ class EntryQuerySet(models.QuerySet["Entry"]):
     def disabled(self) -> EntryQuerySet:
         return self.filter(state=EntryState.DISABLED)
 
+    def blocked(self) -> EntryQuerySet:
+        """Entries waiting for their parent entries (``using(after=...)``)."""
+        return self.filter(state=EntryState.BLOCKED)
+
     def computing(self) -> EntryQuerySet:
         """Pending entries whose group lock is held by a live worker: it has them."""
         return self.pending().filter(lock_held_by_live_worker())
@@ -166,6 +170,9 @@ class EntryManager(EntryCompactionManager):
 
     def disabled(self) -> EntryQuerySet:
         return self.get_queryset().disabled()
+
+    def blocked(self) -> EntryQuerySet:
+        return self.get_queryset().blocked()
 
     def computing(self) -> EntryQuerySet:
         return self.get_queryset().computing()

@@ -96,6 +96,17 @@ def test_entries_are_listed_by_id_matching_every_filter_given(
     assert listed(staff, **params) == [catalogue[name] for name in expected]
 
 
+def test_entries_waiting_for_their_parents_are_listed_and_counted_as_blocked(
+    staff: Api, catalogue: dict[str, int]
+) -> None:
+    blocked = EntryFactory(state="blocked")
+
+    counted = staff.get(url("entry-count"), state="blocked")
+
+    assert listed(staff, state="blocked") == [blocked.pk]
+    assert counted.json() == {"count": 1, "estimated": False}
+
+
 @pytest.mark.parametrize(
     ("params", "count"),
     [({}, 6), ({"state": "awaiting_compute"}, 3), ({"queue": "emails", "priority_max": "-50"}, 1)],
