@@ -339,13 +339,13 @@ def returns(value: object, nan: bool = False) -> object:
 
 @job(queue="emails")
 def send_welcome(address: str) -> str:
-    """The example of docs/howto/testing.md: records the mail it "sends"."""
+    """Records the mail it "sends" (the welcome mail of docs/howto/testing.md, as a test job)."""
     JobRun.objects.create(token=f"welcome:{address}")
     return f"sent to {address}"
 
 
 def sign_up(address: str) -> None:
-    """The code under test in docs/howto/testing.md: enqueues the welcome mail."""
+    """Code under test: enqueues the welcome mail."""
     send_welcome.enqueue(address)
 
 
