@@ -690,15 +690,47 @@ def test_requeue_dry_run_counts_and_changes_nothing() -> None:
     assert EntryError.objects.failed().count() == 3
 
 
-def test_requeue_hints_at_the_module_when_an_exception_name_has_none() -> None:
+def test_requeue_proposes_the_stored_exception_classes_ending_with_a_name_given_alone() -> None:
+    EntryErrorFactory(exception_class="shop.models.Order.DoesNotExist")
+    EntryErrorFactory(exception_class="shop.models.Customer.DoesNotExist")
+    EntryErrorFactory(exception_class="shop.models.Order.DoesNotExist")
+    EntryErrorFactory(exception_class="shop.models.Coupon.DoesNotExist", is_final=False)
+    EntryErrorFactory(exception_class="shop.errors.NotADoesNotExist")
     EntryErrorFactory(exception_class="builtins.KeyError")
 
-    output = run("iq_requeue", "--exception", "KeyError")
+    output = run("iq_requeue", "--exception", "DoesNotExist")
+    dry_run = run("iq_requeue", "--exception", "Order.DoesNotExist", "--dry-run")
 
     assert output == (
-        "Requeued 0 failed entries matching exception_class=KeyError. Exception classes are "
-        "stored "
-        "with their module: try --exception builtins.KeyError or myapp.errors.KeyError.\n"
+        "Requeued 0 failed entries matching exception_class=DoesNotExist. Exception classes "
+        "are stored with their module: try --exception shop.models.Customer.DoesNotExist or "
+        "--exception shop.models.Order.DoesNotExist.\n"
+    )
+    assert dry_run == (
+        "Would requeue 0 failed entries matching exception_class=Order.DoesNotExist. Exception "
+        "classes are stored with their module: try --exception "
+        "shop.models.Order.DoesNotExist.\n"
+    )
+    assert not Entry.objects.exists()
+
+
+def test_requeue_says_when_no_stored_exception_class_ends_with_the_name() -> None:
+    EntryErrorFactory(exception_class="builtins.KeyError")
+
+    output = run("iq_requeue", "--exception", "DoesNotExist")
+    other_queue = run("iq_requeue", "--exception", "KeyError", "--queue", "emails")
+    with_module = run("iq_requeue", "--exception", "shop.models.Order.DoesNotExist")
+
+    assert output == (
+        "Requeued 0 failed entries matching exception_class=DoesNotExist. Exception classes "
+        "are stored with their module, as in builtins.ValueError; no failed entry has one "
+        "ending in .DoesNotExist.\n"
+    )
+    assert other_queue.endswith(
+        "no failed entry matching the other filters has one ending in .KeyError.\n"
+    )
+    assert with_module == (
+        "Requeued 0 failed entries matching exception_class=shop.models.Order.DoesNotExist.\n"
     )
 
 

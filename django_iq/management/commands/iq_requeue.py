@@ -18,9 +18,39 @@ FILTERS = {"job": "--job", "exception": "--exception", "queue": "--queue"}
 FIELDS = {"job": "job_name", "exception": "exception_class", "queue": "queue_id"}
 
 
+# How many stored exception classes a hint proposes at most.
+MAX_SUGGESTIONS = 5
+
+
 def failed_entries(count: int) -> str:
     """``"1 failed entry"``, ``"12 failed entries"``."""
     return plural(count, "failed entry", "failed entries")
+
+
+def exception_hint(exception: str, filters: dict[str, str]) -> str:
+    """When ``--exception`` matched nothing: the stored exception classes of the failures the
+    other filters select whose path ends with ``.exception`` (``DoesNotExist`` ->
+    ``shop.models.Order.DoesNotExist``); else, for a name without a module, that classes are
+    stored with theirs."""
+    others = {FIELDS[key]: value for key, value in filters.items() if key != "exception"}
+    found = list(
+        EntryError.objects.failed()
+        .filter(exception_class__iendswith=f".{exception}", **others)
+        .order_by("exception_class")
+        .values_list("exception_class", flat=True)
+        .distinct()[: MAX_SUGGESTIONS + 1]
+    )
+    if not found and "." in exception:
+        return ""
+    if not found:
+        return (
+            " Exception classes are stored with their module, as in builtins.ValueError; no "
+            f"failed entry{' matching the other filters' if others else ''} has one ending in "
+            f".{exception}."
+        )
+    shown = " or ".join(f"--exception {name}" for name in found[:MAX_SUGGESTIONS])
+    more = " (more classes end with it)" if len(found) > MAX_SUGGESTIONS else ""
+    return f" Exception classes are stored with their module: try {shown}{more}."
 
 
 class Command(BaseCommand):
@@ -124,10 +154,7 @@ class Command(BaseCommand):
             count = outcome.done_count
             report = outcome.message
         exception = filters.get("exception", "")
-        if not count and exception and "." not in exception:
-            report += (
-                f" Exception classes are stored with their module: try --exception "
-                f"builtins.{exception} or myapp.errors.{exception}."
-            )
+        if not count and exception:
+            report += exception_hint(exception, filters)
         if options["verbosity"]:
             self.stdout.write(report)
