@@ -156,6 +156,7 @@ class EnqueuedJobs:
     ) -> list[EnqueuedJob]:
         """Fail unless ``job`` was enqueued (with these ``args``, ``kwargs``, in ``queue``,
         when given), exactly ``count`` times when given; return the matching entries."""
+        __tracebackhide__ = True  # pytest shows the failure at the test's line
         matching = self.enqueued(job, args=args, kwargs=kwargs, queue=queue)
         if (count is None and matching) or (count is not None and len(matching) == count):
             return matching
@@ -175,6 +176,7 @@ class EnqueuedJobs:
     ) -> None:
         """Fail if ``job`` was enqueued (with these ``args``, ``kwargs``, in ``queue``, when
         given)."""
+        __tracebackhide__ = True
         matching = self.enqueued(job, args=args, kwargs=kwargs, queue=queue)
         if matching:
             listed = "\n".join(f"  {item}" for item in matching)

@@ -9,6 +9,11 @@ from django_iq.inline import Outcome, run_jobs
 from django_iq.registry import BoundJob, Job
 from django_iq.testing.capture import EnqueuedJob, EnqueuedJobs
 
+# unittest (and pytest, for TestCase tests) leaves this module's frames out of a failure's
+# traceback, as it does for its own assert methods and Django's: the failure shows at the
+# test's line. Its assertions hide the frames of capture.py with them.
+__unittest = True
+
 
 class IQTestMixin:
     """Mix into a ``TestCase`` or ``TransactionTestCase``: what each test enqueues is captured
@@ -42,6 +47,7 @@ class IQTestMixin:
         count: int | None = None,
     ) -> list[EnqueuedJob]:
         """Fail unless ``job`` was enqueued (as ``EnqueuedJobs.assert_enqueued``)."""
+        __tracebackhide__ = True
         return self.iq_jobs.assert_enqueued(job, args=args, kwargs=kwargs, queue=queue, count=count)
 
     def assertNotEnqueued(  # noqa: N802 (unittest's naming)
@@ -53,4 +59,5 @@ class IQTestMixin:
         queue: str | None = None,
     ) -> None:
         """Fail if ``job`` was enqueued (as ``EnqueuedJobs.assert_not_enqueued``)."""
+        __tracebackhide__ = True
         self.iq_jobs.assert_not_enqueued(job, args=args, kwargs=kwargs, queue=queue)

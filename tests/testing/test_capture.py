@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import io
 import re
+import unittest
+from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
@@ -109,6 +112,60 @@ def test_a_failing_count_and_an_empty_capture_say_so(iq_jobs: EnqueuedJobs) -> N
     expected = "Expected 1 entry of tests.testapp.jobs.send_welcome enqueued, found 2."
     with pytest.raises(AssertionError, match=re.escape(expected)):
         iq_jobs.assert_enqueued(send_welcome, count=1)
+
+
+# The frames of django_iq.testing, which a failure's traceback leaves out.
+OWN_FRAMES = str(Path(django_iq.__file__).parent / "testing")
+
+
+@pytest.mark.django_db
+def test_pytest_shows_a_failing_assertion_at_the_tests_line(iq_jobs: EnqueuedJobs) -> None:
+    send_welcome.enqueue("ada@example.com")
+
+    with pytest.raises(AssertionError) as not_found:
+        iq_jobs.assert_enqueued(send_welcome, args=["grace@example.com"])
+    with pytest.raises(AssertionError) as found:
+        iq_jobs.assert_not_enqueued(send_welcome)
+
+    for raised in (not_found, found):
+        # pytest's own filter of the frames it shows (``__tracebackhide__``).
+        shown = raised.traceback.filter(raised)
+        assert [entry.path for entry in shown] == [Path(__file__)]
+    assert str(not_found.value).startswith(
+        "Expected at least 1 entry of tests.testapp.jobs.send_welcome "
+        "args=['grace@example.com'] enqueued, found 0. Enqueued since the capture began:\n"
+        "  tests.testapp.jobs.send_welcome args=['ada@example.com']"
+    )
+
+
+@pytest.mark.django_db
+def test_unittest_shows_a_failing_assertion_at_the_tests_line() -> None:
+    class SignUpTests(IQTestMixin, unittest.TestCase):
+        def test_not_found(self) -> None:
+            send_welcome.enqueue("ada@example.com")
+            self.assertEnqueued(send_welcome, args=["grace@example.com"])
+
+        def test_found(self) -> None:
+            send_welcome.enqueue("ada@example.com")
+            self.assertNotEnqueued(send_welcome)
+
+    report = io.StringIO()
+    suite = unittest.TestSuite([SignUpTests("test_not_found"), SignUpTests("test_found")])
+    result = unittest.TextTestRunner(stream=report).run(suite)
+
+    assert len(result.failures) == 2
+    for _, traceback in result.failures:
+        assert OWN_FRAMES not in traceback
+        assert f'File "{__file__}"' in traceback
+    assert 'self.assertEnqueued(send_welcome, args=["grace@example.com"])' in report.getvalue()
+    assert (
+        "AssertionError: Expected at least 1 entry of tests.testapp.jobs.send_welcome "
+        "args=['grace@example.com'] enqueued, found 0." in report.getvalue()
+    )
+    assert (
+        "AssertionError: Expected no entry of tests.testapp.jobs.send_welcome enqueued, found 1:"
+        in report.getvalue()
+    )
 
 
 @pytest.mark.django_db
