@@ -1,6 +1,8 @@
-"""The ApiToken admin: a token is made with the add form and shown once on the next page (only
-its hash is stored), listed with its prefix, last use, expiry and revocation, and revoked with
-an action through ``operations.revoke_tokens``. Each page is read-only once made."""
+"""The ApiToken admin: a token is made with the add form and shown once on the page the form
+redirects to (only its hash is stored; the token waits in the session until that page pops it,
+so reloading the page neither shows it again nor makes another), listed with its prefix, last
+use, expiry and revocation, and revoked with an action through ``operations.revoke_tokens``.
+Each page is read-only once made."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from django.contrib import admin
 from django.contrib.admin.models import CHANGE
 from django.contrib.auth import get_user_model
 from django.db.models import ForeignKey, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 
@@ -23,6 +25,8 @@ from django_iq.models import ApiToken
 
 # Where save_model leaves the new token for response_add: on the object, never in the database.
 TOKEN_ATTRIBUTE = "_iq_plain_token"  # noqa: S105 (an attribute name)
+# Where response_add leaves new tokens, by row id, for the one page that shows and forgets them.
+SESSION_KEY = "django_iq_new_tokens"
 
 
 class ApiTokenForm(forms.ModelForm):
@@ -110,16 +114,45 @@ class ApiTokenAdmin(IQModelAdmin):
     def response_add(
         self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
     ) -> HttpResponse:
-        """Show the new token on this one page, never stored (not even as a message)."""
+        """Keep the new token in the session for one showing and redirect to the page showing it
+        (post/redirect/get: reloading that page posts nothing)."""
+        waiting = request.session.get(SESSION_KEY, {})
+        waiting[str(obj.pk)] = getattr(obj, TOKEN_ATTRIBUTE)
+        request.session[SESSION_KEY] = waiting
+        return HttpResponseRedirect(
+            reverse(f"{self.admin_site.name}:django_iq_apitoken_issued", args=[obj.pk])
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        # Before the default routes, whose "<path:object_id>/" would take this one.
+        return [
+            path(
+                "<int:token_id>/issued/",
+                self.admin_site.admin_view(self.issued_view),
+                name="django_iq_apitoken_issued",
+            ),
+            *super().get_urls(),
+        ]
+
+    def issued_view(self, request: HttpRequest, token_id: int) -> HttpResponse:
+        """Show a new token once: popped from the session, so a reload says it was shown."""
+        row = self.get_queryset(request).filter(pk=token_id).first()
+        if row is None or not self.has_view_or_change_permission(request, row):
+            raise Http404("No such API token.")
+        waiting = request.session.get(SESSION_KEY, {})
+        token = waiting.pop(str(row.pk), None)
+        if token is not None:
+            request.session[SESSION_KEY] = waiting
         context = {
             **self.admin_site.each_context(request),
-            "title": "API token made",
+            "title": "API token made" if token else "API token already shown",
             "opts": self.opts,
-            "token_row": obj,
-            "token": getattr(obj, TOKEN_ATTRIBUTE),
-            "changelist_url": reverse(
-                f"{self.admin_site.name}:django_iq_apitoken_changelist",
+            "token_row": row,
+            "token": token,
+            "change_url": reverse(
+                f"{self.admin_site.name}:django_iq_apitoken_change", args=[row.pk]
             ),
+            "changelist_url": reverse(f"{self.admin_site.name}:django_iq_apitoken_changelist"),
         }
         response = TemplateResponse(request, "admin/django_iq/apitoken/issued.html", context)
         add_never_cache_headers(response)

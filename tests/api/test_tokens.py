@@ -80,21 +80,42 @@ def test_the_admin_shows_a_new_token_once_and_audits_it(client: Client) -> None:
     robot = staff("robot")
     client.force_login(root)
 
-    response = client.post(ADD_URL, {"name": "nightly-ci", "user": robot.pk})
+    posted = client.post(ADD_URL, {"name": "nightly-ci", "user": robot.pk})
 
-    assert response.status_code == 200
-    token = response.context["token"]
     row = ApiToken.objects.get()
+    issued_url = reverse("admin:django_iq_apitoken_issued", args=[row.pk])
+    assert (posted.status_code, posted["Location"]) == (302, issued_url)
+    shown = client.get(issued_url)
+    token = shown.context["token"]
     assert (row.name, row.user, row.token_hash) == ("nightly-ci", robot, hash_token(token))
-    assert token in response.content.decode()
-    assert "no-store" in response["Cache-Control"]
+    assert token in shown.content.decode()
+    assert "no-store" in shown["Cache-Control"]
+    breadcrumbs = shown.content.decode().split('class="breadcrumbs"')[1].split("</div>")[0]
+    assert "Job queue" in breadcrumbs and "API tokens" in breadcrumbs
+    # A reload (the browser's, of the page the redirect led to) shows it no more, makes none.
+    reloaded = client.get(issued_url)
     later = (
-        client.get(LIST_URL).content.decode()
+        reloaded.content.decode()
+        + client.get(LIST_URL).content.decode()
         + client.get(reverse("admin:django_iq_apitoken_change", args=[row.pk])).content.decode()
     )
+    assert reloaded.status_code == 200 and "was shown once" in reloaded.content.decode()
+    assert (shown.content + reloaded.content).decode().count(token) == 1
     assert row.prefix in later and token not in later
+    assert token not in json.dumps(dict(client.session.items()))
+    assert ApiToken.objects.count() == 1
     audit = OperatorAction.objects.get()
     assert (audit.door, audit.action, audit.actor) == ("admin", "issue_token", "root")
+
+
+def test_the_page_of_a_new_token_is_only_for_those_who_see_the_token(client: Client) -> None:
+    maker = staff("maker", "add_apitoken", "view_apitoken")
+    row, _token = ApiToken.objects.issue(staff("other"), "theirs")
+    client.force_login(maker)
+
+    response = client.get(reverse("admin:django_iq_apitoken_issued", args=[row.pk]))
+
+    assert response.status_code == 404
 
 
 def test_in_the_admin_a_user_who_is_not_superuser_makes_tokens_only_for_themselves(
@@ -108,7 +129,7 @@ def test_in_the_admin_a_user_who_is_not_superuser_makes_tokens_only_for_themselv
     accepted = client.post(ADD_URL, {"name": "ci", "user": maker.pk})
 
     assert refused.status_code == 200 and "user" in refused.context["adminform"].form.errors
-    assert accepted.status_code == 200
+    assert accepted.status_code == 302
     assert list(ApiToken.objects.values_list("user__username", flat=True)) == ["maker"]
 
 
