@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE
+from django.contrib.admin.widgets import ForeignKeyRawIdWidget
 from django.contrib.auth import get_user_model
 from django.db.models import ForeignKey, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -27,6 +28,23 @@ from django_iq.models import ApiToken
 TOKEN_ATTRIBUTE = "_iq_plain_token"  # noqa: S105 (an attribute name)
 # Where response_add leaves new tokens, by row id, for the one page that shows and forgets them.
 SESSION_KEY = "django_iq_new_tokens"
+
+
+class StaffUserRawIdWidget(ForeignKeyRawIdWidget):
+    """The user's id, with the admin's lookup of users narrowed to active staff when the user
+    admin lets the list be filtered so (Django's own UserAdmin does)."""
+
+    def __init__(self, rel: Any, admin_site: admin.AdminSite, request: HttpRequest) -> None:
+        super().__init__(rel, admin_site)
+        user_admin = admin_site._registry.get(rel.model)
+        self.staff_filters = {
+            lookup: "1"
+            for lookup in ("is_staff__exact", "is_active__exact")
+            if user_admin is not None and user_admin.lookup_allowed(lookup, "1", request)
+        }
+
+    def url_parameters(self) -> dict[str, str]:
+        return {**super().url_parameters(), **self.staff_filters}
 
 
 class ApiTokenForm(forms.ModelForm):
@@ -58,6 +76,8 @@ class ApiTokenAdmin(IQModelAdmin):
     search_fields = ("name", "prefix")
     actions = ("revoke_tokens",)
     readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+    # A superuser picks the user by id (formfield_for_foreignkey); others only have themselves.
+    raw_id_fields = ("user",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
         rows = super().get_queryset(request).select_related("user")
@@ -73,13 +93,26 @@ class ApiTokenAdmin(IQModelAdmin):
         self, db_field: ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
     ) -> forms.ModelChoiceField | None:
         if db_field.name == "user":
-            users = get_user_model()._default_manager.filter(is_active=True)
-            if not request.user.is_superuser:
+            # The API is for active staff only: a token of anyone else would be refused.
+            users = get_user_model()._default_manager.filter(is_active=True, is_staff=True)
+            if request.user.is_superuser:
+                # Any active staff user, picked by id with the admin's lookup (raw_id_fields),
+                # as a select of every staff user would be long.
+                kwargs["widget"] = StaffUserRawIdWidget(
+                    db_field.remote_field, self.admin_site, request
+                )
+            else:
                 # A token acts with its user's permissions: making one for someone else would
                 # lend their rights. Only a superuser, who holds them all, may.
                 users = users.filter(pk__in=[request.user.pk])
                 kwargs["initial"] = request.user.pk
+                kwargs["widget"] = forms.Select
             kwargs["queryset"] = users
+            kwargs["help_text"] = "An active staff user: the API refuses everyone else."
+            kwargs["error_messages"] = {
+                "invalid_choice": "Pick an active staff user: the django_iq API is for staff "
+                "users only, so a token of this user would be refused."
+            }
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def has_change_permission(self, request: HttpRequest, obj: ApiToken | None = None) -> bool:
@@ -99,7 +132,8 @@ class ApiTokenAdmin(IQModelAdmin):
     ) -> None:
         if change:  # pages are read-only: nothing to save
             return
-        # The form has refused what issue_token would (no name, an inactive user, a past expiry).
+        # The form has refused what issue_token would (no name, a user who is not active staff,
+        # a past expiry).
         row, token = operations.issue_token(
             obj.user, obj.name, admin_actor(request), expires_at=obj.expires_at
         )

@@ -148,7 +148,9 @@ def make_one_of_each() -> dict[type[Model], Model]:
         OperatorAction: an_operator_action(),
         JobLimit: JobLimit.objects.create(job_name="tests.testapp.jobs.capped", max_concurrency=3),
         Batch: Batch.objects.create(on_complete="tests.testapp.jobs.batch_done"),
-        ApiToken: ApiToken.objects.issue(User.objects.create_user("ci-robot"), "ci")[0],
+        ApiToken: ApiToken.objects.issue(User.objects.create_user("ci-robot", is_staff=True), "ci")[
+            0
+        ],
     }
 
 
