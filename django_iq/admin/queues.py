@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
 from django_iq import operations, permissions
-from django_iq.admin.common import admin_actor, log_objects, report_outcome
+from django_iq.admin.common import LIST_CSS, admin_actor, cut_column, log_objects, report_outcome
 from django_iq.dashboard import dashboard_view, job_stats_view
 from django_iq.dashboard_links import Links
 from django_iq.managers import QueueStats
@@ -75,8 +75,8 @@ def _count_column(state: str) -> Any:
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
     list_display = (
-        "name",
-        "is_paused",
+        "queue_name",
+        "paused",
         "weight",
         "max_concurrency",
         "initial_count",
@@ -87,10 +87,14 @@ class QueueAdmin(admin.ModelAdmin):
         "awaiting_compute_count",
         "failed_count",
         "oldest_waiting",
-        "merged",
     )
     list_editable = ("weight", "max_concurrency")
-    list_filter = ("is_paused",)
+    # No filter pane: its width is the counts'; the paused column sorts paused queues first.
+    # What compaction merged away is on the dashboard and each queue's page.
+
+    class Media:
+        css = LIST_CSS
+
     search_fields = ("name",)
     actions = ("pause_queues", "resume_queues", "compact_queues")
     fields = (
@@ -100,6 +104,7 @@ class QueueAdmin(admin.ModelAdmin):
         "alert_waiting_seconds",
         "is_paused",
         "created_at",
+        "merged",
     )
 
     initial_count = _count_column(EntryState.INITIAL)
@@ -118,7 +123,9 @@ class QueueAdmin(admin.ModelAdmin):
     ) -> tuple[str, ...]:
         # The name is the key entries, errors and cron jobs refer to: fixed once created.
         # is_paused changes only through the pause and resume actions.
-        return ("name", "is_paused", "created_at") if obj else ("is_paused", "created_at")
+        if obj is None:
+            return ("is_paused", "created_at", "merged")
+        return ("name", "is_paused", "created_at", "merged")
 
     def has_delete_permission(self, request: HttpRequest, obj: Queue | None = None) -> bool:
         # Entries protect their queue, and Django's confirmation page would list every error
@@ -148,16 +155,31 @@ class QueueAdmin(admin.ModelAdmin):
         if options:
             Queue.objects.configure(obj.name, **options)
 
+    queue_name = cut_column("name", "name", "narrow")
+
+    @admin.display(description="paused", ordering="-is_paused")
+    def paused(self, queue: Queue) -> SafeString | str:
+        """The word paused for a paused queue, the admin's neutral "-" for a running one: the
+        healthy state should not look like an error, as a red cross would."""
+        return (
+            format_html('<strong class="iq-paused">{}</strong>', "paused")
+            if queue.is_paused
+            else ""
+        )
+
     @admin.display(description="merged")
     def merged(self, queue: Queue) -> int | None:
         """Waiting entries compaction merged away, since the queue's first."""
+        if not hasattr(queue, MERGED_ATTRIBUTE):  # its page: read for this queue alone
+            views = read_snapshot(queues=[queue.name]).queues if queue.pk else []
+            return views[0].merged if views else None
         view_merged: int | None = getattr(queue, MERGED_ATTRIBUTE, None)
         return view_merged
 
     @admin.display(description="oldest waiting")
     def oldest_waiting(self, queue: Queue) -> str | None:
         oldest = getattr(queue, OLDEST_ATTRIBUTE, None)
-        return timesince(oldest, timezone.now()) if oldest is not None else None
+        return timesince(oldest, timezone.now(), depth=1) if oldest is not None else None
 
     # -- actions -----------------------------------------------------------------------------
 
