@@ -19,9 +19,18 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.safestring import SafeString
 
 from django_iq import operations, permissions
-from django_iq.admin.common import IQModelAdmin, admin_actor, log_objects, report_outcome
+from django_iq.admin.common import (
+    IQModelAdmin,
+    admin_actor,
+    cut,
+    cut_column,
+    log_objects,
+    report_outcome,
+    time_column,
+)
 from django_iq.models import ApiToken
 
 # Where save_model leaves the new token for response_add: on the object, never in the database.
@@ -63,19 +72,27 @@ class ApiTokenForm(forms.ModelForm):
 class ApiTokenAdmin(IQModelAdmin):
     form = ApiTokenForm
     list_display = (
-        "name",
-        "user",
+        "token_name",
+        "user_name",
         "prefix",
         "status",
-        "created_at",
-        "last_used_at",
-        "expires_at",
-        "revoked_at",
+        "created",
+        "last_used",
+        "expires",
     )
     list_filter = ("revoked_at",)
     search_fields = ("name", "prefix")
     actions = ("revoke_tokens",)
     readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+    token_name = cut_column("name", "name", "narrow")
+    created = time_column("created_at", "created")
+    last_used = time_column("last_used_at", "last used")
+    expires = time_column("expires_at", "expires")
+
+    @admin.display(description="user", ordering="user")
+    def user_name(self, row: ApiToken) -> SafeString | str:
+        return cut(row.user.get_username(), "narrow")
+
     # A superuser picks the user by id (formfield_for_foreignkey); others only have themselves.
     raw_id_fields = ("user",)
 
