@@ -1,6 +1,7 @@
 """The Queue admin: counts per state, entries merged and the oldest waiting entry per queue,
-pause, resume and compaction, weight, concurrency and alarm threshold edits, and the routes to
-the operations dashboard and the jobs' statistics over the last hour."""
+pause, resume and compaction, weight, concurrency and alarm threshold edits, and the route to
+the jobs' statistics over the last hour (and from the dashboard's first address to its page,
+admin/dashboard.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from django.contrib import admin
 from django.contrib.admin.models import CHANGE
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Field, QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -20,7 +21,7 @@ from django.utils.timesince import timesince
 
 from django_iq import operations, permissions
 from django_iq.admin.common import LIST_CSS, admin_actor, cut_column, log_objects, report_outcome
-from django_iq.dashboard import dashboard_view, job_stats_view
+from django_iq.dashboard import job_stats_view
 from django_iq.dashboard_links import Links
 from django_iq.managers import QueueStats
 from django_iq.models import Queue
@@ -215,15 +216,23 @@ class QueueAdmin(admin.ModelAdmin):
     # -- dashboard ---------------------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        def dashboard(request: HttpRequest) -> HttpResponse:
-            return dashboard_view(request, admin_site=self.admin_site)
-
         def job_stats(request: HttpRequest) -> HttpResponse:
             return job_stats_view(request, admin_site=self.admin_site)
 
+        def dashboard_moved(request: HttpRequest) -> HttpResponse:
+            # The dashboard's first address: kept for bookmarks (and for pages still open, which
+            # re-fetch it with ?partial=1), leading to where it is now.
+            url = reverse(f"{self.admin_site.name}:django_iq_dashboard")
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponseRedirect(f"{url}?{query}" if query else url)
+
         # Before the default routes, whose "<path:object_id>/" would take "dashboard/".
         return [
-            path("dashboard/", self.admin_site.admin_view(dashboard), name="django_iq_dashboard"),
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(dashboard_moved),
+                name="django_iq_queue_dashboard",
+            ),
             path("job-stats/", self.admin_site.admin_view(job_stats), name="django_iq_job_stats"),
             *super().get_urls(),
         ]
