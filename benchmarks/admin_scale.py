@@ -129,7 +129,7 @@ def measure(repeat: int) -> list[tuple[str, float, int, int]]:
         ("entries, group key search", "/admin/django_iq/entry/?q=customer%3A42"),
         ("errors (admin)", "/admin/django_iq/entryerror/"),
         ("workers (admin)", "/admin/django_iq/worker/"),
-        ("dashboard", "/admin/django_iq/queue/dashboard/"),
+        ("dashboard", "/admin/django_iq/dashboard/"),
         ("API: entries page", "/iq/api/entries/?limit=100"),
         ("API: entries of a queue", "/iq/api/entries/?queue=reports&limit=100"),
         ("API: count awaiting", "/iq/api/entries/count/?state=awaiting_compute"),

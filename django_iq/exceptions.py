@@ -118,5 +118,5 @@ class ParentFailed(IQError):
 
 
 class InvalidApiToken(IQError, ValueError):
-    """An API token could not be made as asked: no name, an inactive user, an expiry in the
-    past. See docs/security.md."""
+    """An API token could not be made as asked: no name, a user who is not active staff, an
+    expiry in the past. See docs/security.md."""

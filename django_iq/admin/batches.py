@@ -9,7 +9,12 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from django_iq.admin.common import EstimatedCountPaginator, ReadOnlyAdmin
+from django_iq.admin.common import (
+    EstimatedCountPaginator,
+    ReadOnlyAdmin,
+    job_column,
+    time_column,
+)
 from django_iq.models import Batch
 
 # Members enqueued, ended, succeeded and failed, then the callback; and the batch's times.
@@ -19,7 +24,8 @@ TIMES = ("created_at", "closed_at", "completed_at")
 
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdmin):
-    list_display = ("id", "on_complete", *PROGRESS, *TIMES)
+    # When the batch was closed is on its page: the list has room for its start and its end.
+    list_display = ("id", "on_complete_job", *PROGRESS, "created", "completed")
     list_filter = ("on_complete",)
     search_fields = ("=id", "=callback_entry_id")
     date_hierarchy = "created_at"
@@ -27,6 +33,10 @@ class BatchAdmin(ReadOnlyAdmin):
     paginator = EstimatedCountPaginator
     fields = ("on_complete", *PROGRESS, "callback_entry_id", *TIMES)
     readonly_fields = ("finished", "succeeded", "callback")
+
+    on_complete_job = job_column("on_complete", "on complete")
+    created = time_column("created_at", "created")
+    completed = time_column("completed_at", "completed")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return Batch.objects.with_progress()

@@ -1,9 +1,12 @@
 """Pieces shared by the ModelAdmins: a paginator that never counts a large table, read-only
-admin bases, and the admin-log and message helpers every action reports through."""
+admin bases, the admin-log and message helpers every action reports through, and the compact
+cells (texts cut short with their whole value in a title, short times) and stylesheet that make
+every list fit a 1280 px window with the navigation sidebar open."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -13,7 +16,10 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from django_iq import operations
 from django_iq.limits import text_problem
@@ -70,11 +76,91 @@ class DeferringChangeList(ChangeList):
         return rows.defer(*deferred) if deferred else rows
 
 
+# The stylesheet of django_iq's lists (django_iq/static/django_iq/admin/lists.css).
+LIST_CSS = {"all": ("django_iq/admin/lists.css",)}
+
+
+def cut(text: object, width: str = "") -> SafeString | str:
+    """``text`` on one line, cut with an ellipsis where it is too long for its column; the whole
+    of it in the title. ``width``: ``""`` (14em), ``"narrow"`` (9em), ``"wide"`` (22em) or
+    ``"fill"`` (the width the other columns leave)."""
+    if text is None or text == "":
+        return "-"
+    shown = str(text)
+    kind = f"iq-cut iq-{width}" if width else "iq-cut"
+    return format_html('<span class="{}" title="{}">{}</span>', kind, shown, shown)
+
+
+def short_time(value: datetime | None, title: str = "") -> SafeString | str:
+    """A time in the current time zone, short and unbroken: ``04:05:09`` today, ``Nov 27 04:05``
+    on another day of this year, ``2027-11-27`` in another year; the full time, to the second
+    and with its zone, in the title (or ``title``)."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    today = timezone.localdate()
+    if local.date() == today:
+        shown = f"{local:%H:%M:%S}"
+    elif local.year == today.year:
+        shown = f"{local:%b %d %H:%M}"
+    else:
+        shown = f"{local:%Y-%m-%d}"
+    return format_html(
+        '<time class="iq-time" datetime="{}" title="{}">{}</time>',
+        local.isoformat(),
+        title or f"{local:%Y-%m-%d %H:%M:%S %Z}",
+        shown,
+    )
+
+
+def time_column(field: str, description: str, *, sortable: bool = True) -> Any:
+    """A list column showing the time in ``field`` with ``short_time``."""
+
+    @admin.display(description=description, ordering=field if sortable else None)
+    def column(self: admin.ModelAdmin[Any], row: Model) -> SafeString | str:
+        return short_time(getattr(row, field))
+
+    return column
+
+
+def cut_column(field: str, description: str, width: str = "", *, sortable: bool = True) -> Any:
+    """A list column showing the text in ``field`` with ``cut``."""
+
+    @admin.display(description=description, ordering=field if sortable else None)
+    def column(self: admin.ModelAdmin[Any], row: Model) -> SafeString | str:
+        return cut(getattr(row, field), width)
+
+    return column
+
+
+def job_column(field: str, description: str = "job", width: str = "narrow") -> Any:
+    """A list column showing the job named in ``field`` by its function's name (the end of its
+    dotted path, which tells jobs apart best in little room), cut; the whole path in the title."""
+
+    @admin.display(description=description)
+    def column(self: admin.ModelAdmin[Any], row: Model) -> SafeString | str:
+        name = getattr(row, field) or ""
+        if not name:
+            return "-"
+        kind = f"iq-cut iq-{width}" if width else "iq-cut"
+        return format_html('<span class="{}" title="{}">{}</span>', kind, name, job_label(name))
+
+    return column
+
+
+def job_label(name: str) -> str:
+    """The end of a job's dotted path: ``reconcile`` for ``billing.tasks.reconcile``."""
+    return name.rsplit(".", 1)[-1]
+
+
 class IQModelAdmin(admin.ModelAdmin):
     """Base of the admins of rows the processes write; ``list_deferred`` names columns the
     changelist leaves unloaded."""
 
     list_deferred: tuple[str, ...] = ()
+
+    class Media:
+        css = LIST_CSS
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return DeferringChangeList

@@ -21,7 +21,17 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_iq import operations
-from django_iq.admin.common import IQModelAdmin, admin_actor, log_objects, report_outcome
+from django_iq.admin.common import (
+    IQModelAdmin,
+    admin_actor,
+    cut,
+    cut_column,
+    job_column,
+    log_objects,
+    report_outcome,
+    short_time,
+    time_column,
+)
 from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
 from django_iq.models import CronJob, DisabledJob
 from django_iq.registry import get_job
@@ -116,9 +126,12 @@ class CronJobForm(forms.ModelForm):
         return cleaned
 
 
-def _when(fire: datetime) -> str:
-    """A fire time to the minute, or to the second when it falls between minutes."""
-    return f"{fire:%Y-%m-%d %H:%M:%S %Z}" if fire.second else f"{fire:%Y-%m-%d %H:%M %Z}"
+def _when(fire: datetime | None) -> str:
+    """A fire time to the second, always: a schedule may fire between minutes (``every 10s``),
+    and one column of times reads best in one format."""
+    if fire is None:
+        return "-"
+    return f"{timezone.localtime(fire):%Y-%m-%d %H:%M:%S %Z}"
 
 
 def _check_call(job_name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
@@ -138,16 +151,15 @@ def _check_call(job_name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
 @admin.register(CronJob)
 class CronJobAdmin(IQModelAdmin):
     form = CronJobForm
+    # The list shows the next fire time (the following ones in its title); the queue and where
+    # the cron job comes from are filters, and shown with the rest on its page.
     list_display = (
-        "name",
+        "cron_name",
         "schedule_text",
-        "timezone",
-        "job_name",
-        "queue_name",
+        "job",
         "status",
-        "is_declared",
-        "next_runs",
-        "last_run_at",
+        "next_run",
+        "last_run",
         "last_outcome_link",
     )
     list_filter = ("is_enabled", "is_declared", "queue")
@@ -156,13 +168,17 @@ class CronJobAdmin(IQModelAdmin):
     # is_enabled changes through the actions only; the rest is kept by the leader.
     state_fields = (
         "status",
-        "is_declared",
-        "fired_at",
-        "next_run_at",
+        "origin",
+        "fired_at_display",
+        "next_run_at_display",
         "next_runs",
-        "last_run_at",
+        "last_run_at_display",
         "last_outcome_link",
     )
+
+    cron_name = cut_column("name", "name", "narrow")
+    job = job_column("job_name")
+    last_run = time_column("last_run_at", "last run")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CronJob]:
         # Whether each row's job is switched off, in the list's one query.
@@ -172,6 +188,9 @@ class CronJobAdmin(IQModelAdmin):
         )
 
     def get_fields(self, request: HttpRequest, obj: CronJob | None = None) -> tuple[str, ...]:
+        if obj is None:
+            # Nothing to tell yet of a cron job being added: no fire times, no runs.
+            return CronJobForm.Meta.fields
         return (*CronJobForm.Meta.fields, *self.state_fields)
 
     def get_readonly_fields(
@@ -210,35 +229,77 @@ class CronJobAdmin(IQModelAdmin):
         operations.delete_cron_jobs(queryset, admin_actor(request))
 
     @admin.display(description="queue", ordering="queue_id")
-    def queue_name(self, cron_job: CronJob) -> str:
-        return str(cron_job.queue_id)
+    def queue_name(self, cron_job: CronJob) -> SafeString | str:
+        return cut(cron_job.queue_id, "narrow")
 
     @admin.display(description="schedule", ordering="schedule")
-    def schedule_text(self, cron_job: CronJob) -> str:
-        return cron_job.describe()
+    def schedule_text(self, cron_job: CronJob) -> SafeString | str:
+        """The schedule in words, with the time zone a cron expression is read in."""
+        if cron_job.schedule and cron_job.timezone != "UTC":
+            return format_html(
+                '{}<br><span class="iq-muted">{}</span>',
+                cut(cron_job.describe(), "narrow"),
+                cut(cron_job.timezone, "narrow"),
+            )
+        return cut(cron_job.describe(), "narrow")
+
+    @admin.display(description="from", ordering="is_declared")
+    def origin(self, cron_job: CronJob) -> str:
+        """Where the cron job comes from: ``settings`` (declared in ``DJANGO_IQ["CRON"]``, kept
+        as declared by the leader) or ``admin`` (added here or by ``iq_cron``)."""
+        return "settings" if cron_job.is_declared else "admin"
+
+    @admin.display(description="next run at")
+    def next_run_at_display(self, cron_job: CronJob) -> str:
+        return _when(cron_job.next_run_at)
+
+    @admin.display(description="fired at")
+    def fired_at_display(self, cron_job: CronJob) -> str:
+        return _when(cron_job.fired_at)
+
+    @admin.display(description="last run at")
+    def last_run_at_display(self, cron_job: CronJob) -> str:
+        return _when(cron_job.last_run_at)
 
     @admin.display(description="status")
-    def status(self, cron_job: CronJob) -> str:
+    def status(self, cron_job: CronJob) -> SafeString:
         """``enabled``, ``disabled`` or ``done`` (a one-off that fired), and whether the job it
-        runs is switched off (its entries then wait, whatever the cron job says)."""
+        runs is switched off (its entries then wait, whatever the cron job says), on a line of
+        its own."""
         job_disabled = getattr(cron_job, "job_disabled", None)
         if job_disabled is None:  # an object read without the list's annotation
             job_disabled = DisabledJob.objects.filter(job_name=cron_job.job_name).exists()
-        return cron_job.status(job_disabled)
+        state, _, job_state = cron_job.status(job_disabled).partition(", ")
+        if not job_state:
+            return format_html('<span class="iq-time">{}</span>', state)
+        return format_html('<span class="iq-time">{},<br>{}</span>', state, job_state)
 
     @admin.display(description="next runs")
     def next_runs(self, cron_job: CronJob) -> SafeString | str:
+        """The next fire times, each to the second."""
+        fires = self._fires(cron_job)
+        if isinstance(fires, str):
+            return fires
+        return format_html_join("", "<div>{}</div>", ((_when(fire),) for fire in fires))
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, cron_job: CronJob) -> SafeString | str:
+        """The next fire time, short; the following ones, to the second, in its title."""
+        fires = self._fires(cron_job)
+        if isinstance(fires, str):
+            return fires
+        return short_time(fires[0], "Next runs: " + ", ".join(_when(fire) for fire in fires))
+
+    @staticmethod
+    def _fires(cron_job: CronJob) -> list[datetime] | str:
+        """The next fire times, or why there are none."""
         try:
             fires = next_fires(cron_job, timezone.now())
         except (ValueError, KeyError):
             return "invalid schedule"
         if not fires:
             return "done" if cron_job.is_done else "disabled"
-        return format_html_join(
-            "",
-            "<div>{}</div>",
-            ((_when(timezone.localtime(fire)),) for fire in fires),
-        )
+        return fires
 
     @admin.display(description="last outcome", ordering="last_outcome")
     def last_outcome_link(self, cron_job: CronJob) -> SafeString | str:

@@ -21,8 +21,11 @@ from django_iq.admin.common import (
     EstimatedCountPaginator,
     ReadOnlyAdmin,
     admin_actor,
+    cut,
+    job_column,
     log_objects,
     report_outcome,
+    time_column,
 )
 from django_iq.managers import EntryQuerySet
 from django_iq.managers.entries import lock_running_it
@@ -92,14 +95,12 @@ class StateFilter(admin.SimpleListFilter):
 class EntryAdmin(ActionOnlyAdmin):
     list_display = (
         "id",
-        "job_name",
+        "job",
         "queue_name",
         "status",
-        "priority",
         "group",
-        "run_at",
+        "run_at_short",
         "attempts_display",
-        "enqueued_at",
     )
     list_filter = ("queue", JobFilter, StateFilter)
     # The search box matches a group key exactly (through the indexed lock key) or an entry id.
@@ -149,12 +150,15 @@ class EntryAdmin(ActionOnlyAdmin):
         return False
 
     @admin.display(description="queue", ordering="queue_id")
-    def queue_name(self, entry: Entry) -> str:
-        return str(entry.queue_id)
+    def queue_name(self, entry: Entry) -> SafeString | str:
+        return cut(entry.queue_id, "narrow")
 
     @admin.display(description="state")
     def status(self, entry: Entry) -> str:
         return entry_state_label(entry.state, bool(getattr(entry, "is_running", False)))
+
+    job = job_column("job_name", width="fill")
+    run_at_short = time_column("run_at", "run at", sortable=False)
 
     @admin.display(description="group key")
     def group(self, entry: Entry) -> SafeString | None:
@@ -162,7 +166,10 @@ class EntryAdmin(ActionOnlyAdmin):
             return None
         url = reverse("admin:django_iq_entry_changelist", current_app=self.admin_site.name)
         return format_html(
-            '<a href="{}?{}">{}</a>', url, urlencode({"q": entry.group_key}), entry.group_key
+            '<a href="{}?{}">{}</a>',
+            url,
+            urlencode({"q": entry.group_key}),
+            cut(entry.group_key, "narrow"),
         )
 
     @admin.display(description="attempts")
@@ -237,10 +244,11 @@ def enable_jobs(
 class DisabledJobAdmin(ReadOnlyAdmin):
     """Jobs switched off. Read-only, with one action: enable, as the entries' action does."""
 
-    list_display = ("job_name", "disabled_at")
+    list_display = ("job_name", "disabled_at_short")
     search_fields = ("job_name",)
     ordering = ("job_name",)
     actions = ("enable_selected_jobs",)
+    disabled_at_short = time_column("disabled_at", "disabled at")
 
     def has_enable_permission(self, request: HttpRequest) -> bool:
         # The same permission as the entries' "enable job" action: it changes entries' states.

@@ -9,7 +9,6 @@ from django.contrib import admin
 from django.contrib.admin.models import CHANGE
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -18,8 +17,10 @@ from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
     admin_actor,
+    job_column,
     log_objects,
     report_outcome,
+    time_column,
 )
 from django_iq.models import EntryError
 
@@ -43,24 +44,21 @@ class RequeuedFilter(admin.SimpleListFilter):
 @admin.register(EntryError)
 class EntryErrorAdmin(ActionOnlyAdmin):
     list_display = (
-        "failed_at",
-        "job_name",
-        "queue_name",
+        "failed",
+        "job",
         "entry_id",
         "attempt_display",
-        "exception",
-        "short_message",
         "is_final",
-        "requeued_at",
+        "error",
     )
-    list_display_links = ("failed_at", "job_name")
+    list_display_links = ("failed", "job")
     # Job and exception choices are read with SELECT DISTINCT: the error table stays small, as
     # pruning removes rows older than ERROR_RETENTION_SECONDS.
     list_filter = ("queue", "job_name", "exception_class", "is_final", RequeuedFilter)
     search_fields = ("=entry_id",)
     search_help_text = "An entry id: every failed attempt of that entry."
     ordering = ("-failed_at",)
-    sortable_by = ("failed_at",)
+    sortable_by = ("failed",)
     paginator = EstimatedCountPaginator
     list_deferred = ("args", "kwargs", "traceback")
     show_full_result_count = False
@@ -84,6 +82,9 @@ class EntryErrorAdmin(ActionOnlyAdmin):
     )
     readonly_fields = ("traceback_display",)
 
+    failed = time_column("failed_at", "failed at")
+    job = job_column("job_name")
+
     @admin.display(description="queue", ordering="queue_id")
     def queue_name(self, error: EntryError) -> str:
         return str(error.queue_id)
@@ -92,14 +93,21 @@ class EntryErrorAdmin(ActionOnlyAdmin):
     def attempt_display(self, error: EntryError) -> str:
         return f"{error.attempt} of {error.max_attempts}"
 
-    @admin.display(description="exception")
-    def exception(self, error: EntryError) -> SafeString:
+    @admin.display(description="error")
+    def error(self, error: EntryError) -> SafeString:
+        """The exception's class name and the message's first line, cut to the width the other
+        columns leave; the class's dotted path and the whole message in their titles."""
         short = error.exception_class.rsplit(".", 1)[-1]
-        return format_html('<span title="{}">{}</span>', error.exception_class, short)
-
-    @admin.display(description="message")
-    def short_message(self, error: EntryError) -> str:
-        return str(truncatechars(error.message.splitlines()[0] if error.message else "", 80))
+        first_line = error.message.splitlines()[0] if error.message else ""
+        return format_html(
+            '<span class="iq-cut iq-fill"><strong title="{}">{}{}</strong> '
+            '<span title="{}">{}</span></span>',
+            error.exception_class,
+            short,
+            ":" if first_line else "",
+            error.message,
+            first_line,
+        )
 
     @admin.display(description="traceback")
     def traceback_display(self, error: EntryError) -> SafeString:

@@ -9,7 +9,13 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from django_iq.admin.common import EstimatedCountPaginator, ReadOnlyAdmin
+from django_iq.admin.common import (
+    EstimatedCountPaginator,
+    ReadOnlyAdmin,
+    cut_column,
+    job_column,
+    time_column,
+)
 from django_iq.admin.entries import JobFilter
 from django_iq.models import Queue, RunOutcome
 
@@ -38,14 +44,13 @@ class QueueNameFilter(admin.SimpleListFilter):
 class RunOutcomeAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
-        "job_name",
+        "job",
         "status",
-        "queue",
         "attempt",
         "entry_id",
-        "worker_name",
-        "finished_at",
-        "duration_seconds",
+        "worker",
+        "finished",
+        "duration",
     )
     list_filter = ("status", QueueNameFilter, JobFilter)
     search_fields = ("=result_id", "=entry_id")
@@ -57,3 +62,12 @@ class RunOutcomeAdmin(ReadOnlyAdmin):
     list_deferred = ("args", "kwargs", "return_value", "traceback")
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
+
+    job = job_column("job_name", width="fill")
+    worker = cut_column("worker_name", "worker", "narrow", sortable=False)
+    finished = time_column("finished_at", "finished", sortable=False)
+
+    @admin.display(description="duration")
+    def duration(self, outcome: RunOutcome) -> str:
+        seconds = outcome.duration_seconds
+        return "-" if seconds is None else f"{seconds:,.3f} s"

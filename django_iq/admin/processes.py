@@ -10,8 +10,10 @@ from django.contrib import admin
 from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
-from django_iq.admin.common import ReadOnlyAdmin
+from django_iq.admin.common import ReadOnlyAdmin, cut, cut_column, time_column
 from django_iq.conf import iq_settings
 from django_iq.managers.limits import JobUsage
 from django_iq.models import GroupLock, JobLimit, LeaderLease, Worker
@@ -49,23 +51,40 @@ def _silent_after() -> float:
 
 @admin.register(Worker)
 class WorkerAdmin(ReadOnlyAdmin):
+    # The host and the pid are in the name (host:pid) and on each worker's page; the role is a
+    # filter (a leader's threads show "-").
     list_display = (
-        "name",
-        "role",
-        "host",
-        "pid",
-        "status",
+        "worker_name",
+        "status_cell",
         "heartbeat_age",
-        "threads",
+        "threads_cell",
         "cpu",
         "memory",
-        "is_throttled",
-        "started_at",
+        "throttled",
+        "started",
     )
     list_filter = (WorkerStatusFilter, "role", "is_throttled")
     search_fields = ("name", "host")
     ordering = ("-heartbeat_at",)
     readonly_fields = ("status", "heartbeat_age", "threads")
+
+    worker_name = cut_column("name", "name", "narrow")
+    started = time_column("started_at", "started")
+
+    @admin.display(description="throttled", ordering="-is_throttled")
+    def throttled(self, worker: Worker) -> str:
+        """The word throttled while the governor holds the worker back, the admin's neutral
+        "-" otherwise: the usual state should not look like an error, as a red cross would."""
+        return "throttled" if worker.is_throttled else ""
+
+    @admin.display(description="threads")
+    def threads_cell(self, worker: Worker) -> SafeString | str:
+        """The threads, busy and idle on one line and the total on the next."""
+        text = self.threads(worker)
+        head, _, total = text.partition(" of ")
+        if not total:
+            return text
+        return format_html('<span class="iq-time">{}<br>of {}</span>', head, total)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         # Liveness and heartbeat age in database time (heartbeats are stamped with it), read
@@ -80,6 +99,14 @@ class WorkerAdmin(ReadOnlyAdmin):
         if worker.stopped_at is not None:
             return "dead (marked stopped)" if worker.died else "stopped"
         return "live" if getattr(worker, "is_live", False) else "silent (presumed dead)"
+
+    @admin.display(description="status")
+    def status_cell(self, worker: Worker) -> SafeString:
+        """The status, its explanation in brackets on a line of its own."""
+        state, _, why = self.status(worker).partition(" (")
+        if not why:
+            return format_html('<span class="iq-time">{}</span>', state)
+        return format_html('<span class="iq-time">{}<br>({}</span>', state, why)
 
     @admin.display(description="heartbeat age", ordering="-heartbeat_at")
     def heartbeat_age(self, worker: Worker) -> str | None:
@@ -105,11 +132,18 @@ class WorkerAdmin(ReadOnlyAdmin):
 
 @admin.register(GroupLock)
 class GroupLockAdmin(ReadOnlyAdmin):
-    list_display = ("key", "queue_name", "worker", "locked_at", "entry_id")
+    list_display = ("lock_key", "queue_name", "worker_name", "locked", "entry_id")
     list_select_related = ("worker",)
     list_filter = ("queue",)
     search_fields = ("=key",)
     ordering = ("locked_at",)
+
+    lock_key = cut_column("key", "key")
+    locked = time_column("locked_at", "locked at")
+
+    @admin.display(description="worker", ordering="worker__name")
+    def worker_name(self, lock: GroupLock) -> Any:
+        return cut(lock.worker.name if lock.worker else "", "narrow")
 
     @admin.display(description="queue", ordering="queue_id")
     def queue_name(self, lock: GroupLock) -> str:
@@ -118,7 +152,10 @@ class GroupLockAdmin(ReadOnlyAdmin):
 
 @admin.register(LeaderLease)
 class LeaderLeaseAdmin(ReadOnlyAdmin):
-    list_display = ("name", "holder", "epoch", "acquired_at", "expires_at", "is_held")
+    list_display = ("name", "lease_holder", "epoch", "acquired", "expires", "is_held")
+    lease_holder = cut_column("holder", "holder")
+    acquired = time_column("acquired_at", "acquired")
+    expires = time_column("expires_at", "expires")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[LeaderLease]:
         # Held means unexpired in database time, the clock the lease is renewed against.
@@ -136,9 +173,12 @@ class JobLimitAdmin(ReadOnlyAdmin):
     """Jobs with caps or rate limits, as their workers declare them in ``@job``, with what
     they use now: running claims against the caps, recent starts against the rate limit."""
 
-    list_display = ("job_name", "running", "busiest_node", "starts", "updated_at")
+    list_display = ("job", "running", "busiest_node", "starts", "updated")
     search_fields = ("job_name",)
     ordering = ("job_name",)
+
+    job = cut_column("job_name", "job", "wide")
+    updated = time_column("updated_at", "updated")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,6 +1,7 @@
 """The Queue admin: counts per state, entries merged and the oldest waiting entry per queue,
-pause, resume and compaction, weight, concurrency and alarm threshold edits, and the routes to
-the operations dashboard and the jobs' statistics over the last hour."""
+pause, resume and compaction, weight, concurrency and alarm threshold edits, and the route to
+the jobs' statistics over the last hour (and from the dashboard's first address to its page,
+admin/dashboard.py)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,16 @@ from django.contrib import admin
 from django.contrib.admin.models import CHANGE
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Field, QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
 from django_iq import operations, permissions
-from django_iq.admin.common import admin_actor, log_objects, report_outcome
-from django_iq.dashboard import dashboard_view, job_stats_view
+from django_iq.admin.common import LIST_CSS, admin_actor, cut_column, log_objects, report_outcome
+from django_iq.dashboard import job_stats_view
 from django_iq.dashboard_links import Links
 from django_iq.managers import QueueStats
 from django_iq.models import Queue
@@ -75,8 +76,8 @@ def _count_column(state: str) -> Any:
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
     list_display = (
-        "name",
-        "is_paused",
+        "queue_name",
+        "paused",
         "weight",
         "max_concurrency",
         "initial_count",
@@ -87,10 +88,14 @@ class QueueAdmin(admin.ModelAdmin):
         "awaiting_compute_count",
         "failed_count",
         "oldest_waiting",
-        "merged",
     )
     list_editable = ("weight", "max_concurrency")
-    list_filter = ("is_paused",)
+    # No filter pane: its width is the counts'; the paused column sorts paused queues first.
+    # What compaction merged away is on the dashboard and each queue's page.
+
+    class Media:
+        css = LIST_CSS
+
     search_fields = ("name",)
     actions = ("pause_queues", "resume_queues", "compact_queues")
     fields = (
@@ -100,6 +105,7 @@ class QueueAdmin(admin.ModelAdmin):
         "alert_waiting_seconds",
         "is_paused",
         "created_at",
+        "merged",
     )
 
     initial_count = _count_column(EntryState.INITIAL)
@@ -118,7 +124,9 @@ class QueueAdmin(admin.ModelAdmin):
     ) -> tuple[str, ...]:
         # The name is the key entries, errors and cron jobs refer to: fixed once created.
         # is_paused changes only through the pause and resume actions.
-        return ("name", "is_paused", "created_at") if obj else ("is_paused", "created_at")
+        if obj is None:
+            return ("is_paused", "created_at", "merged")
+        return ("name", "is_paused", "created_at", "merged")
 
     def has_delete_permission(self, request: HttpRequest, obj: Queue | None = None) -> bool:
         # Entries protect their queue, and Django's confirmation page would list every error
@@ -148,16 +156,31 @@ class QueueAdmin(admin.ModelAdmin):
         if options:
             Queue.objects.configure(obj.name, **options)
 
+    queue_name = cut_column("name", "name", "narrow")
+
+    @admin.display(description="paused", ordering="-is_paused")
+    def paused(self, queue: Queue) -> SafeString | str:
+        """The word paused for a paused queue, the admin's neutral "-" for a running one: the
+        healthy state should not look like an error, as a red cross would."""
+        return (
+            format_html('<strong class="iq-paused">{}</strong>', "paused")
+            if queue.is_paused
+            else ""
+        )
+
     @admin.display(description="merged")
     def merged(self, queue: Queue) -> int | None:
         """Waiting entries compaction merged away, since the queue's first."""
+        if not hasattr(queue, MERGED_ATTRIBUTE):  # its page: read for this queue alone
+            views = read_snapshot(queues=[queue.name]).queues if queue.pk else []
+            return views[0].merged if views else None
         view_merged: int | None = getattr(queue, MERGED_ATTRIBUTE, None)
         return view_merged
 
     @admin.display(description="oldest waiting")
     def oldest_waiting(self, queue: Queue) -> str | None:
         oldest = getattr(queue, OLDEST_ATTRIBUTE, None)
-        return timesince(oldest, timezone.now()) if oldest is not None else None
+        return timesince(oldest, timezone.now(), depth=1) if oldest is not None else None
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -193,15 +216,23 @@ class QueueAdmin(admin.ModelAdmin):
     # -- dashboard ---------------------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        def dashboard(request: HttpRequest) -> HttpResponse:
-            return dashboard_view(request, admin_site=self.admin_site)
-
         def job_stats(request: HttpRequest) -> HttpResponse:
             return job_stats_view(request, admin_site=self.admin_site)
 
+        def dashboard_moved(request: HttpRequest) -> HttpResponse:
+            # The dashboard's first address: kept for bookmarks (and for pages still open, which
+            # re-fetch it with ?partial=1), leading to where it is now.
+            url = reverse(f"{self.admin_site.name}:django_iq_dashboard")
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponseRedirect(f"{url}?{query}" if query else url)
+
         # Before the default routes, whose "<path:object_id>/" would take "dashboard/".
         return [
-            path("dashboard/", self.admin_site.admin_view(dashboard), name="django_iq_dashboard"),
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(dashboard_moved),
+                name="django_iq_queue_dashboard",
+            ),
             path("job-stats/", self.admin_site.admin_view(job_stats), name="django_iq_job_stats"),
             *super().get_urls(),
         ]

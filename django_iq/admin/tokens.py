@@ -1,6 +1,8 @@
-"""The ApiToken admin: a token is made with the add form and shown once on the next page (only
-its hash is stored), listed with its prefix, last use, expiry and revocation, and revoked with
-an action through ``operations.revoke_tokens``. Each page is read-only once made."""
+"""The ApiToken admin: a token is made with the add form and shown once on the page the form
+redirects to (only its hash is stored; the token waits in the session until that page pops it,
+so reloading the page neither shows it again nor makes another), listed with its prefix, last
+use, expiry and revocation, and revoked with an action through ``operations.revoke_tokens``.
+Each page is read-only once made."""
 
 from __future__ import annotations
 
@@ -9,20 +11,49 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE
+from django.contrib.admin.widgets import ForeignKeyRawIdWidget
 from django.contrib.auth import get_user_model
 from django.db.models import ForeignKey, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.safestring import SafeString
 
 from django_iq import operations, permissions
-from django_iq.admin.common import IQModelAdmin, admin_actor, log_objects, report_outcome
+from django_iq.admin.common import (
+    IQModelAdmin,
+    admin_actor,
+    cut,
+    cut_column,
+    log_objects,
+    report_outcome,
+    time_column,
+)
 from django_iq.models import ApiToken
 
 # Where save_model leaves the new token for response_add: on the object, never in the database.
 TOKEN_ATTRIBUTE = "_iq_plain_token"  # noqa: S105 (an attribute name)
+# Where response_add leaves new tokens, by row id, for the one page that shows and forgets them.
+SESSION_KEY = "django_iq_new_tokens"
+
+
+class StaffUserRawIdWidget(ForeignKeyRawIdWidget):
+    """The user's id, with the admin's lookup of users narrowed to active staff when the user
+    admin lets the list be filtered so (Django's own UserAdmin does)."""
+
+    def __init__(self, rel: Any, admin_site: admin.AdminSite, request: HttpRequest) -> None:
+        super().__init__(rel, admin_site)
+        user_admin = admin_site._registry.get(rel.model)
+        self.staff_filters = {
+            lookup: "1"
+            for lookup in ("is_staff__exact", "is_active__exact")
+            if user_admin is not None and user_admin.lookup_allowed(lookup, "1", request)
+        }
+
+    def url_parameters(self) -> dict[str, str]:
+        return {**super().url_parameters(), **self.staff_filters}
 
 
 class ApiTokenForm(forms.ModelForm):
@@ -41,19 +72,29 @@ class ApiTokenForm(forms.ModelForm):
 class ApiTokenAdmin(IQModelAdmin):
     form = ApiTokenForm
     list_display = (
-        "name",
-        "user",
+        "token_name",
+        "user_name",
         "prefix",
         "status",
-        "created_at",
-        "last_used_at",
-        "expires_at",
-        "revoked_at",
+        "created",
+        "last_used",
+        "expires",
     )
     list_filter = ("revoked_at",)
     search_fields = ("name", "prefix")
     actions = ("revoke_tokens",)
     readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+    token_name = cut_column("name", "name", "narrow")
+    created = time_column("created_at", "created")
+    last_used = time_column("last_used_at", "last used")
+    expires = time_column("expires_at", "expires")
+
+    @admin.display(description="user", ordering="user")
+    def user_name(self, row: ApiToken) -> SafeString | str:
+        return cut(row.user.get_username(), "narrow")
+
+    # A superuser picks the user by id (formfield_for_foreignkey); others only have themselves.
+    raw_id_fields = ("user",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
         rows = super().get_queryset(request).select_related("user")
@@ -69,13 +110,26 @@ class ApiTokenAdmin(IQModelAdmin):
         self, db_field: ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
     ) -> forms.ModelChoiceField | None:
         if db_field.name == "user":
-            users = get_user_model()._default_manager.filter(is_active=True)
-            if not request.user.is_superuser:
+            # The API is for active staff only: a token of anyone else would be refused.
+            users = get_user_model()._default_manager.filter(is_active=True, is_staff=True)
+            if request.user.is_superuser:
+                # Any active staff user, picked by id with the admin's lookup (raw_id_fields),
+                # as a select of every staff user would be long.
+                kwargs["widget"] = StaffUserRawIdWidget(
+                    db_field.remote_field, self.admin_site, request
+                )
+            else:
                 # A token acts with its user's permissions: making one for someone else would
                 # lend their rights. Only a superuser, who holds them all, may.
                 users = users.filter(pk__in=[request.user.pk])
                 kwargs["initial"] = request.user.pk
+                kwargs["widget"] = forms.Select
             kwargs["queryset"] = users
+            kwargs["help_text"] = "An active staff user: the API refuses everyone else."
+            kwargs["error_messages"] = {
+                "invalid_choice": "Pick an active staff user: the django_iq API is for staff "
+                "users only, so a token of this user would be refused."
+            }
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def has_change_permission(self, request: HttpRequest, obj: ApiToken | None = None) -> bool:
@@ -95,7 +149,8 @@ class ApiTokenAdmin(IQModelAdmin):
     ) -> None:
         if change:  # pages are read-only: nothing to save
             return
-        # The form has refused what issue_token would (no name, an inactive user, a past expiry).
+        # The form has refused what issue_token would (no name, a user who is not active staff,
+        # a past expiry).
         row, token = operations.issue_token(
             obj.user, obj.name, admin_actor(request), expires_at=obj.expires_at
         )
@@ -110,16 +165,45 @@ class ApiTokenAdmin(IQModelAdmin):
     def response_add(
         self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
     ) -> HttpResponse:
-        """Show the new token on this one page, never stored (not even as a message)."""
+        """Keep the new token in the session for one showing and redirect to the page showing it
+        (post/redirect/get: reloading that page posts nothing)."""
+        waiting = request.session.get(SESSION_KEY, {})
+        waiting[str(obj.pk)] = getattr(obj, TOKEN_ATTRIBUTE)
+        request.session[SESSION_KEY] = waiting
+        return HttpResponseRedirect(
+            reverse(f"{self.admin_site.name}:django_iq_apitoken_issued", args=[obj.pk])
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        # Before the default routes, whose "<path:object_id>/" would take this one.
+        return [
+            path(
+                "<int:token_id>/issued/",
+                self.admin_site.admin_view(self.issued_view),
+                name="django_iq_apitoken_issued",
+            ),
+            *super().get_urls(),
+        ]
+
+    def issued_view(self, request: HttpRequest, token_id: int) -> HttpResponse:
+        """Show a new token once: popped from the session, so a reload says it was shown."""
+        row = self.get_queryset(request).filter(pk=token_id).first()
+        if row is None or not self.has_view_or_change_permission(request, row):
+            raise Http404("No such API token.")
+        waiting = request.session.get(SESSION_KEY, {})
+        token = waiting.pop(str(row.pk), None)
+        if token is not None:
+            request.session[SESSION_KEY] = waiting
         context = {
             **self.admin_site.each_context(request),
-            "title": "API token made",
+            "title": "API token made" if token else "API token already shown",
             "opts": self.opts,
-            "token_row": obj,
-            "token": getattr(obj, TOKEN_ATTRIBUTE),
-            "changelist_url": reverse(
-                f"{self.admin_site.name}:django_iq_apitoken_changelist",
+            "token_row": row,
+            "token": token,
+            "change_url": reverse(
+                f"{self.admin_site.name}:django_iq_apitoken_change", args=[row.pk]
             ),
+            "changelist_url": reverse(f"{self.admin_site.name}:django_iq_apitoken_changelist"),
         }
         response = TemplateResponse(request, "admin/django_iq/apitoken/issued.html", context)
         add_never_cache_headers(response)

@@ -59,14 +59,12 @@ class ApiTokenManager(models.Manager["ApiToken"]):
         """Make a token acting as ``user``; return its row and the token, which is not stored
         and cannot be read again.
 
-        Raises ``InvalidApiToken`` for an empty or too long name, an inactive or unsaved user,
+        Raises ``InvalidApiToken`` for an empty or too long name, a user who is unsaved, not
+        active or not staff (the API refuses everyone else, so their token would be useless),
         or an expiry in the past.
         """
         validate_name(name)
-        if user is None or user.pk is None or not user.is_active:
-            raise InvalidApiToken(
-                f"A token acts as an active user; {user!r} is not one. Pick an active user."
-            )
+        validate_user(user)
         if expires_at is not None and expires_at <= timezone.now():
             raise InvalidApiToken(
                 f"The expiry {expires_at.isoformat()} is in the past; give a later time or none."
@@ -129,3 +127,20 @@ def validate_name(name: Any) -> None:
     problem = text_problem(name)
     if problem is not None:
         raise InvalidApiToken(f"The token name {problem}; use plain text.")
+
+
+def validate_user(user: Any) -> None:
+    """Raise ``InvalidApiToken`` unless ``user`` may use the API: saved, active and staff."""
+    if user is None or user.pk is None:
+        raise InvalidApiToken(f"A token acts as a saved user; {user!r} is not one.")
+    name = user.get_username()
+    if not user.is_active:
+        raise InvalidApiToken(
+            f"User {name!r} is not active, and a token acts as an active staff user. "
+            "Pick another user, or activate this one first."
+        )
+    if not getattr(user, "is_staff", False):
+        raise InvalidApiToken(
+            f"User {name!r} is not staff: the django_iq API is for staff users only, so their "
+            "token would be refused. Pick a staff user, or give this one staff status first."
+        )

@@ -3,6 +3,8 @@ entry, deletion with it, and what enable, disable and run now report."""
 
 from __future__ import annotations
 
+import html
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -42,16 +44,60 @@ def form(**changes: object) -> dict[str, object]:
 
 
 def test_next_runs_lists_next_run_at_then_the_three_fire_times_after_it(client: Client) -> None:
-    CronJobFactory(schedule="0 3 * * *", next_run_at=datetime(2030, 1, 1, 3, 0, tzinfo=UTC))
+    nightly = CronJobFactory(
+        schedule="0 3 * * *", next_run_at=datetime(2030, 1, 1, 3, 0, tzinfo=UTC)
+    )
     CronJobFactory(disabled=True)
     login_superuser(client)
 
     response = client.get(changelist_url(CronJob))
+    page = client.get(change_url(nightly))
 
-    assert column(response, "next_runs") == [
-        "2030-01-01 03:00 UTC 2030-01-02 03:00 UTC 2030-01-03 03:00 UTC 2030-01-04 03:00 UTC",
-        "disabled",
-    ]
+    # The list shows the next one, the following ones in its title; the page lists them all.
+    assert column(response, "next_run") == ["2030-01-01", "disabled"]
+    next_runs = (
+        "2030-01-01 03:00:00 UTC, 2030-01-02 03:00:00 UTC, 2030-01-03 03:00:00 UTC, "
+        "2030-01-04 03:00:00 UTC"
+    )
+    assert f'title="Next runs: {next_runs}"' in response.content.decode()
+    assert all(time in page.content.decode() for time in next_runs.split(", "))
+
+
+def test_the_times_of_a_cron_job_firing_every_ten_seconds_are_shown_to_the_second(
+    client: Client,
+) -> None:
+    every_10s = CronJobFactory(
+        schedule="",
+        every_seconds=10,
+        next_run_at=datetime(2030, 1, 1, 3, 50, 50, tzinfo=UTC),
+        last_run_at=datetime(2030, 1, 1, 3, 50, 40, tzinfo=UTC),
+    )
+    login_superuser(client)
+
+    page = client.get(change_url(every_10s)).content.decode()
+
+    fields = {
+        name: " ".join(re.sub(r"<[^>]+>", " ", html.unescape(text)).split())
+        for name, text in re.findall(
+            r'<div class="form-row field-(\w+)">(.*?)</div>\s*</div>\s*</div>', page, re.S
+        )
+    }
+    assert fields["next_run_at_display"] == "Next run at: 2030-01-01 03:50:50 UTC"
+    assert fields["last_run_at_display"] == "Last run at: 2030-01-01 03:50:40 UTC"
+    assert fields["next_runs"] == (
+        "Next runs: 2030-01-01 03:50:50 UTC 2030-01-01 03:51:00 UTC 2030-01-01 03:51:10 UTC "
+        "2030-01-01 03:51:20 UTC"
+    )
+
+
+def test_the_add_form_shows_no_state_before_anything_is_saved(client: Client) -> None:
+    login_superuser(client)
+
+    page = client.get("/admin/django_iq/cronjob/add/").content.decode()
+
+    assert 'name="schedule"' in page
+    for unsaved_state in ("invalid schedule", "icon-no.svg", "Next runs", "Next run at", "From"):
+        assert unsaved_state not in page
 
 
 def test_an_invalid_schedule_is_refused_with_the_reason(client: Client) -> None:

@@ -60,9 +60,11 @@ def test_list_shows_exception_class_attempt_and_first_line_of_the_message(client
 
     response = client.get(changelist_url(EntryError))
 
-    assert column(response, "exception") == ["PaymentDeclined"]
+    # The class's name and the message's first line, in the width the other columns leave; the
+    # dotted path and the whole message in their titles.
+    assert column(response, "error") == ["PaymentDeclined: card refused"]
     assert 'title="myapp.errors.PaymentDeclined"' in response.content.decode()
-    assert column(response, "short_message") == ["card refused"]
+    assert 'title="card refused\nsecond line"' in response.content.decode()
     assert column(response, "attempt_display") == ["2 of 3"]
 
 

@@ -71,7 +71,7 @@ def test_queue_list_shows_counts_per_state_from_one_stats_call(client: Client) -
         response = client.get(changelist_url(Queue))
 
     assert stats.call_count == 1
-    assert column(response, "name") == ["default", "emails"]
+    assert column(response, "queue_name") == ["default", "emails"]
     rows = list(zip(*(column(response, name) for name in COUNT_COLUMNS), strict=True))
     assert rows == [("2", "4", "1", "1", "3", "2"), ("0", "0", "0", "0", "0", "0")]
 
@@ -152,6 +152,20 @@ def test_queue_list_query_count_does_not_grow_with_queues_or_entries(client: Cli
         client.get(changelist_url(Queue))
 
     assert len(large.captured_queries) == len(small.captured_queries)
+
+
+def test_the_list_says_paused_only_of_a_paused_queue_and_shows_no_cross_for_a_running_one(
+    client: Client,
+) -> None:
+    QueueFactory(name="default")
+    QueueFactory(name="emails", is_paused=True)
+    login_superuser(client)
+
+    response = client.get(changelist_url(Queue) + "?o=2.1")
+
+    assert column(response, "queue_name") == ["emails", "default"], "paused ones first"
+    assert column(response, "paused") == ["paused", "-"]
+    assert "icon-no.svg" not in response.content.decode()
 
 
 def test_pause_reports_queues_already_paused_and_logs_only_the_changed(client: Client) -> None:
@@ -309,5 +323,6 @@ def test_compact_merges_the_selected_queues_and_shows_the_merged_count(client: C
         1,
     )
     assert [e.object_repr for e in log_entries(CHANGE)] == ["default"]
-    listing = client.get(changelist_url(Queue))
-    assert column(listing, "merged") == ["2", "0"]
+    # Off the list (the dashboard shows it too), on each queue's page.
+    page = client.get(change_url(Queue.objects.get(name="default"))).content.decode()
+    assert re.search(r'<div class="readonly">2</div>', page), "merged: 2"

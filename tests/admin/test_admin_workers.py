@@ -65,10 +65,10 @@ def test_worker_list_tells_live_from_silent_and_stopped_with_load_and_heartbeat_
 
     rows = dict(
         zip(
-            column(response, "name"),
+            column(response, "worker_name"),
             zip(
-                column(response, "status"),
-                column(response, "threads"),
+                column(response, "status_cell"),
+                column(response, "threads_cell"),
                 column(response, "cpu"),
                 column(response, "memory"),
                 strict=True,
@@ -82,7 +82,9 @@ def test_worker_list_tells_live_from_silent_and_stopped_with_load_and_heartbeat_
         "stopped": ("stopped", "0 busy / 0 idle of 4", "0%", "0%"),
         "leader": ("live", "-", "0%", "0%"),
     }
-    ages = dict(zip(column(response, "name"), column(response, "heartbeat_age"), strict=True))
+    ages = dict(
+        zip(column(response, "worker_name"), column(response, "heartbeat_age"), strict=True)
+    )
     assert int(ages["silent"].removesuffix(" s")) in range(599, 660)
     assert int(ages["live"].removesuffix(" s")) in range(60)
 

@@ -16,6 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from django_iq import operations
 from django_iq.exceptions import InvalidApiToken
 from django_iq.managers.tokens import LAST_USED_PRECISION, hash_token
 from django_iq.models import ApiToken, Entry, OperatorAction
@@ -67,7 +68,7 @@ def test_a_bad_name_is_refused_and_nothing_is_written(name: str, message: str) -
 
 
 def test_a_token_for_an_inactive_user_or_expiring_in_the_past_is_refused() -> None:
-    with pytest.raises(InvalidApiToken, match="active user"):
+    with pytest.raises(InvalidApiToken, match="'gone' is not active"):
         ApiToken.objects.issue(staff("gone", is_active=False), "ci")
     with pytest.raises(InvalidApiToken, match="in the past"):
         ApiToken.objects.issue(staff("ci"), "ci", expires_at=timezone.now() - timedelta(1))
@@ -75,26 +76,67 @@ def test_a_token_for_an_inactive_user_or_expiring_in_the_past_is_refused() -> No
     assert not ApiToken.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"is_staff": False}, "User 'alice' is not staff: the django_iq API is for staff users"),
+        ({"is_active": False}, "User 'alice' is not active"),
+    ],
+)
+def test_issuing_a_token_to_a_user_who_cannot_use_the_api_is_refused_and_writes_nothing(
+    fields: dict[str, bool], message: str
+) -> None:
+    alice = User.objects.create_user("alice", **{"is_staff": True, **fields})
+    actor = operations.Actor.of_command("iq_token")
+
+    with pytest.raises(InvalidApiToken, match=message):
+        operations.issue_token(alice, "ci", actor)
+
+    assert not ApiToken.objects.exists()
+    assert not OperatorAction.objects.exists()
+
+
 def test_the_admin_shows_a_new_token_once_and_audits_it(client: Client) -> None:
     root = User.objects.create_superuser("root")
     robot = staff("robot")
     client.force_login(root)
 
-    response = client.post(ADD_URL, {"name": "nightly-ci", "user": robot.pk})
+    posted = client.post(ADD_URL, {"name": "nightly-ci", "user": robot.pk})
 
-    assert response.status_code == 200
-    token = response.context["token"]
     row = ApiToken.objects.get()
+    issued_url = reverse("admin:django_iq_apitoken_issued", args=[row.pk])
+    assert (posted.status_code, posted["Location"]) == (302, issued_url)
+    shown = client.get(issued_url)
+    token = shown.context["token"]
     assert (row.name, row.user, row.token_hash) == ("nightly-ci", robot, hash_token(token))
-    assert token in response.content.decode()
-    assert "no-store" in response["Cache-Control"]
+    assert token in shown.content.decode()
+    assert "no-store" in shown["Cache-Control"]
+    breadcrumbs = shown.content.decode().split('class="breadcrumbs"')[1].split("</div>")[0]
+    assert "Job queue" in breadcrumbs and "API tokens" in breadcrumbs
+    # A reload (the browser's, of the page the redirect led to) shows it no more, makes none.
+    reloaded = client.get(issued_url)
     later = (
-        client.get(LIST_URL).content.decode()
+        reloaded.content.decode()
+        + client.get(LIST_URL).content.decode()
         + client.get(reverse("admin:django_iq_apitoken_change", args=[row.pk])).content.decode()
     )
+    assert reloaded.status_code == 200 and "was shown once" in reloaded.content.decode()
+    assert (shown.content + reloaded.content).decode().count(token) == 1
     assert row.prefix in later and token not in later
+    assert token not in json.dumps(dict(client.session.items()))
+    assert ApiToken.objects.count() == 1
     audit = OperatorAction.objects.get()
     assert (audit.door, audit.action, audit.actor) == ("admin", "issue_token", "root")
+
+
+def test_the_page_of_a_new_token_is_only_for_those_who_see_the_token(client: Client) -> None:
+    maker = staff("maker", "add_apitoken", "view_apitoken")
+    row, _token = ApiToken.objects.issue(staff("other"), "theirs")
+    client.force_login(maker)
+
+    response = client.get(reverse("admin:django_iq_apitoken_issued", args=[row.pk]))
+
+    assert response.status_code == 404
 
 
 def test_in_the_admin_a_user_who_is_not_superuser_makes_tokens_only_for_themselves(
@@ -108,8 +150,31 @@ def test_in_the_admin_a_user_who_is_not_superuser_makes_tokens_only_for_themselv
     accepted = client.post(ADD_URL, {"name": "ci", "user": maker.pk})
 
     assert refused.status_code == 200 and "user" in refused.context["adminform"].form.errors
-    assert accepted.status_code == 200
+    assert accepted.status_code == 302
     assert list(ApiToken.objects.values_list("user__username", flat=True)) == ["maker"]
+
+
+def test_the_admin_form_offers_and_accepts_only_active_staff_users(client: Client) -> None:
+    client.force_login(User.objects.create_superuser("root"))
+    customer = User.objects.create_user("customer")
+    gone = staff("gone", is_active=False)
+
+    form_page = client.get(ADD_URL)
+    refused = [client.post(ADD_URL, {"name": "ci", "user": user.pk}) for user in (customer, gone)]
+
+    field = form_page.context["adminform"].form.fields["user"]
+    assert list(field.queryset) == [User.objects.get(username="root")]
+    # The user is picked by id, with the admin's user list narrowed to active staff as lookup.
+    html = form_page.content.decode()
+    assert 'class="vForeignKeyRawIdAdminField"' in html
+    assert "is_staff__exact=1" in html and "is_active__exact=1" in html
+    for response in refused:
+        assert response.status_code == 200
+        assert response.context["adminform"].form.errors["user"] == [
+            "Pick an active staff user: the django_iq API is for staff users only, so a token "
+            "of this user would be refused."
+        ]
+    assert not ApiToken.objects.exists()
 
 
 def test_an_expiry_in_the_past_is_a_form_error_in_the_admin(client: Client) -> None:
@@ -174,8 +239,8 @@ def test_a_revoked_or_expired_token_or_one_of_an_inactive_user_is_401(
 
 def test_a_token_of_a_user_who_is_not_staff_is_refused_like_a_session(client: Client) -> None:
     user = staff("customer", "view_queue")
-    User.objects.filter(pk=user.pk).update(is_staff=False)
     _row, token = ApiToken.objects.issue(user, "ci")
+    User.objects.filter(pk=user.pk).update(is_staff=False)
 
     response = client.get(QUEUES, headers=bearer(token))
 
@@ -317,3 +382,16 @@ def test_iq_token_create_refuses_an_unknown_user_or_a_bad_name() -> None:
         call_command("iq_token", "create", "--user", "ci-robot", "--name", "x" * 101)
 
     assert not ApiToken.objects.exists()
+
+
+def test_iq_token_create_refuses_a_user_who_is_not_active_staff() -> None:
+    User.objects.create_user("alice")
+    staff("bob", is_active=False)
+
+    with pytest.raises(CommandError, match="'alice' is not staff: the django_iq API is for staff"):
+        call_command("iq_token", "create", "--user", "alice", "--name", "ci")
+    with pytest.raises(CommandError, match="'bob' is not active"):
+        call_command("iq_token", "create", "--user", "bob", "--name", "ci")
+
+    assert not ApiToken.objects.exists()
+    assert not OperatorAction.objects.exists()

@@ -6,6 +6,7 @@ Screenshots of every page are saved under ``test-artifacts/<test name>/``.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,7 +19,7 @@ pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 from playwright.sync_api import Page, expect
 
 from django_iq import enqueue_many
-from django_iq.models import Entry, EntryError, Queue
+from django_iq.models import ApiToken, Entry, EntryError, Queue
 from tests.factories import WorkerFactory
 from tests.processes import finish, start_command
 from tests.testapp.jobs import always_fails, record
@@ -87,10 +88,11 @@ def test_pause_action_clicked_in_the_queue_changelist_pauses_the_queue(
     assert not Queue.objects.get(name="default").is_paused
     entry = LogEntry.objects.get(object_repr="emails")
     assert entry.user.username == "operator"
-    paused_icon = page.locator("#result_list tbody tr", has_text="emails").locator(
-        "td.field-is_paused img"
-    )
-    expect(paused_icon).to_have_attribute("alt", "True")
+    paused = page.locator("#result_list tbody tr", has_text="emails").locator("td.field-paused")
+    expect(paused).to_have_text("paused")
+    running = page.locator("#result_list tbody tr", has_text="default").locator("td.field-paused")
+    expect(running).not_to_contain_text("paused")
+    expect(page.locator("td.field-paused img")).to_have_count(0)
     shot(page, artifacts, "queues-after-pause")
 
 
@@ -133,9 +135,37 @@ def test_dashboard_shows_depths_and_refreshes_on_its_own(
     expect(default_row.locator("td[data-state=pending]")).to_have_text("12")
     expect(default_row.locator("td[data-invariant]")).to_have_text("ok")
     expect(page.locator("#iq-charts svg").first).to_be_visible()
+    # The sidebar marks the page that is open: Dashboard, not Queues.
+    expect(page.locator("#nav-sidebar tr.current-model")).to_have_count(1)
+    expect(page.locator("#nav-sidebar tr.current-model")).to_have_class(
+        re.compile("model-dashboard")
+    )
     shot(page, artifacts, "dashboard")
 
     # New work arrives; the page picks it up without a reload.
     enqueue_many(record, [((f"late-{i}",), {}) for i in range(3)])
     expect(default_row.locator("td[data-state=pending]")).to_have_text("15", timeout=20_000)
     expect(page.locator("#iq-refresh-status")).not_to_have_attribute("data-stale", "1")
+
+
+def test_reloading_the_page_of_a_new_api_token_neither_shows_it_again_nor_makes_another(
+    page: Page, live_server: object, artifacts: Path
+) -> None:
+    base = str(live_server)
+    log_in(page, base)
+    robot = User.objects.create_user("ci-robot", is_staff=True)
+
+    page.goto(base + reverse("admin:django_iq_apitoken_add"))
+    page.fill("#id_name", "nightly-ci")
+    page.fill("#id_user", str(robot.pk))
+    page.click("input[name=_save]")
+    token = page.locator("#iq-token").input_value()
+    expect(page.locator(".breadcrumbs")).to_contain_text("Job queue")
+    shot(page, artifacts, "token-made")
+    page.reload()
+
+    expect(page.locator("#iq-token-shown")).to_contain_text("was shown once")
+    expect(page.locator("#iq-token")).to_have_count(0)
+    assert token.startswith("iq_") and token not in page.content()
+    assert ApiToken.objects.count() == 1
+    shot(page, artifacts, "token-reloaded")

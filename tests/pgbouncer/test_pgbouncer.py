@@ -210,7 +210,7 @@ def test_a_killed_workers_entry_is_recovered_and_run_by_another_through_the_pool
 
 
 def admin_pages() -> list[str]:
-    """Every django_iq model's changelist the admin has (the dashboard's redirects to its page)."""
+    """Every django_iq model's changelist the admin has (the dashboard's is its page)."""
     return sorted(
         m._meta.model_name for m in admin.site._registry if m._meta.app_label == "django_iq"
     )

@@ -1,6 +1,7 @@
 """``manage.py iq_token create|list|revoke``: API tokens for scripts and CI. ``create`` prints
 the token once (only its hash is stored); like every ``iq_*`` command it runs with the rights
-of whoever can run ``manage.py``, so it may make a token for any active user."""
+of whoever can run ``manage.py``, so it may make a token for any active staff user (the API
+refuses everyone else, so ``create`` refuses them too)."""
 
 from __future__ import annotations
 
