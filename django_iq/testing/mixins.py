@@ -7,15 +7,11 @@ from typing import Any
 
 from django_iq.inline import Outcome, run_jobs
 from django_iq.registry import BoundJob, Job
+from django_iq.testing.assertions import EnqueuedAssertions
 from django_iq.testing.capture import EnqueuedJob, EnqueuedJobs
 
-# unittest (and pytest, for TestCase tests) leaves this module's frames out of a failure's
-# traceback, as it does for its own assert methods and Django's: the failure shows at the
-# test's line. Its assertions hide the frames of capture.py with them.
-__unittest = True
 
-
-class IQTestMixin:
+class IQTestMixin(EnqueuedAssertions):
     """Mix into a ``TestCase`` or ``TransactionTestCase``: what each test enqueues is captured
     from ``setUp`` on, ``assertEnqueued`` / ``assertNotEnqueued`` assert on it, and
     ``run_jobs`` runs it (``run`` is unittest's own method, hence the longer name)."""
@@ -36,28 +32,3 @@ class IQTestMixin:
     def run_jobs(self, queue: str | Sequence[str] | None = None, **options: Any) -> list[Outcome]:
         """``django_iq.testing.run_jobs`` with the same arguments."""
         return run_jobs(queue, **options)
-
-    def assertEnqueued(  # noqa: N802 (unittest's naming)
-        self,
-        job: Job[Any, Any] | BoundJob | str | Any,
-        *,
-        args: Sequence[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
-        queue: str | None = None,
-        count: int | None = None,
-    ) -> list[EnqueuedJob]:
-        """Fail unless ``job`` was enqueued (as ``EnqueuedJobs.assert_enqueued``)."""
-        __tracebackhide__ = True
-        return self.iq_jobs.assert_enqueued(job, args=args, kwargs=kwargs, queue=queue, count=count)
-
-    def assertNotEnqueued(  # noqa: N802 (unittest's naming)
-        self,
-        job: Job[Any, Any] | BoundJob | str | Any,
-        *,
-        args: Sequence[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
-        queue: str | None = None,
-    ) -> None:
-        """Fail if ``job`` was enqueued (as ``EnqueuedJobs.assert_not_enqueued``)."""
-        __tracebackhide__ = True
-        self.iq_jobs.assert_not_enqueued(job, args=args, kwargs=kwargs, queue=queue)

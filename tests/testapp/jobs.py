@@ -356,3 +356,10 @@ def chain(token: str, more: int) -> str:
     if more:
         chain.enqueue(token, more - 1)
     return token
+
+
+@job(max_attempts=1)
+def checks_total(expected: int, total: int) -> int:
+    """A job whose own assertion fails: its frames must stay in a test's traceback."""
+    assert total == expected, f"total {total} != expected {expected}"
+    return total

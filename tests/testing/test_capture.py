@@ -15,8 +15,16 @@ from django.test import TestCase, TransactionTestCase
 import django_iq
 from django_iq.queries import COPY_ENQUEUE_MIN_ROWS
 from django_iq.testing import SUCCEEDED, EnqueuedJobs, IQTestMixin
+from tests.testapp import jobs as jobs_module
 from tests.testapp import tasks
-from tests.testapp.jobs import batch_done, record, send_welcome, sign_up, unrecorded
+from tests.testapp.jobs import (
+    batch_done,
+    checks_total,
+    record,
+    send_welcome,
+    sign_up,
+    unrecorded,
+)
 from tests.testapp.models import JobRun
 
 
@@ -166,6 +174,24 @@ def test_unittest_shows_a_failing_assertion_at_the_tests_line() -> None:
         "AssertionError: Expected no entry of tests.testapp.jobs.send_welcome enqueued, found 1:"
         in report.getvalue()
     )
+
+
+@pytest.mark.django_db
+def test_unittest_keeps_the_frames_of_a_jobs_own_assertion_raised_by_run_jobs() -> None:
+    class TotalTests(IQTestMixin, unittest.TestCase):
+        def test_total(self) -> None:
+            checks_total.enqueue(3, 4)
+            self.run_jobs(raise_errors=True)
+
+    report = io.StringIO()
+    result = unittest.TextTestRunner(stream=report).run(TotalTests("test_total"))
+
+    ((_, traceback),) = result.failures
+    assert f'File "{__file__}"' in traceback
+    assert "self.run_jobs(raise_errors=True)" in traceback
+    assert f'File "{jobs_module.__file__}"' in traceback
+    assert "assert total == expected" in traceback
+    assert traceback.rstrip().endswith("AssertionError: total 4 != expected 3")
 
 
 @pytest.mark.django_db
