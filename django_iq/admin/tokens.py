@@ -1,11 +1,12 @@
 """The ApiToken admin: a token is made with the add form and shown once on the page the form
-redirects to (only its hash is stored; the token waits in the session until that page pops it,
-so reloading the page neither shows it again nor makes another), listed with its prefix, last
-use, expiry and revocation, and revoked with an action through ``operations.revoke_tokens``.
-Each page is read-only once made."""
+redirects to (only its hash is stored in the table; the token waits in its maker's session until
+that page pops it, ``SHOW_WITHIN_SECONDS`` at most, so reloading the page neither shows it again
+nor makes another), listed with its prefix, last use, expiry and revocation, and revoked with an
+action through ``operations.revoke_tokens``. Each page is read-only once made."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django import forms
@@ -37,6 +38,27 @@ from django_iq.models import ApiToken
 TOKEN_ATTRIBUTE = "_iq_plain_token"  # noqa: S105 (an attribute name)
 # Where response_add leaves new tokens, by row id, for the one page that shows and forgets them.
 SESSION_KEY = "django_iq_new_tokens"
+# A new token not shown within this time is dropped from the session unseen (the page then says
+# so): the raw token never lingers for the session's lifetime.
+SHOW_WITHIN_SECONDS = 600
+
+
+def waiting_tokens(request: HttpRequest) -> dict[str, list[Any]]:
+    """The session's new tokens still to be shown, by row id, as ``[token, made_at]``; those
+    past ``SHOW_WITHIN_SECONDS`` (or of an older shape) are dropped from the session."""
+    waiting = request.session.get(SESSION_KEY, {})
+    now = time.time()
+    kept = {
+        pk: value
+        for pk, value in waiting.items()
+        if isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[1], int | float)
+        and now - value[1] < SHOW_WITHIN_SECONDS
+    }
+    if kept != waiting:
+        request.session[SESSION_KEY] = kept
+    return kept
 
 
 class StaffUserRawIdWidget(ForeignKeyRawIdWidget):
@@ -167,8 +189,8 @@ class ApiTokenAdmin(IQModelAdmin):
     ) -> HttpResponse:
         """Keep the new token in the session for one showing and redirect to the page showing it
         (post/redirect/get: reloading that page posts nothing)."""
-        waiting = request.session.get(SESSION_KEY, {})
-        waiting[str(obj.pk)] = getattr(obj, TOKEN_ATTRIBUTE)
+        waiting = waiting_tokens(request)
+        waiting[str(obj.pk)] = [getattr(obj, TOKEN_ATTRIBUTE), time.time()]
         request.session[SESSION_KEY] = waiting
         return HttpResponseRedirect(
             reverse(f"{self.admin_site.name}:django_iq_apitoken_issued", args=[obj.pk])
@@ -186,13 +208,20 @@ class ApiTokenAdmin(IQModelAdmin):
         ]
 
     def issued_view(self, request: HttpRequest, token_id: int) -> HttpResponse:
-        """Show a new token once: popped from the session, so a reload says it was shown."""
+        """Show a new token once: popped from the session, so a reload says it was shown. Its
+        maker sees it with the add permission alone; otherwise the page needs the view one."""
         row = self.get_queryset(request).filter(pk=token_id).first()
-        if row is None or not self.has_view_or_change_permission(request, row):
+        waiting = waiting_tokens(request)
+        made_here = row is not None and str(row.pk) in waiting
+        allowed = row is not None and (
+            (made_here and self.has_add_permission(request))
+            or self.has_view_or_change_permission(request, row)
+        )
+        if row is None or not allowed:
             raise Http404("No such API token.")
-        waiting = request.session.get(SESSION_KEY, {})
-        token = waiting.pop(str(row.pk), None)
-        if token is not None:
+        token = None
+        if made_here:
+            token = waiting.pop(str(row.pk))[0]
             request.session[SESSION_KEY] = waiting
         context = {
             **self.admin_site.each_context(request),
@@ -200,6 +229,8 @@ class ApiTokenAdmin(IQModelAdmin):
             "opts": self.opts,
             "token_row": row,
             "token": token,
+            "can_view": self.has_view_or_change_permission(request, row),
+            "show_within_minutes": SHOW_WITHIN_SECONDS // 60,
             "change_url": reverse(
                 f"{self.admin_site.name}:django_iq_apitoken_change", args=[row.pk]
             ),

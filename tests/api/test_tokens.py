@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_iq import operations
+from django_iq.admin import tokens as tokens_admin
+from django_iq.admin.tokens import SESSION_KEY
 from django_iq.exceptions import InvalidApiToken
 from django_iq.managers.tokens import LAST_USED_PRECISION, hash_token
 from django_iq.models import ApiToken, Entry, OperatorAction
@@ -120,7 +123,7 @@ def test_the_admin_shows_a_new_token_once_and_audits_it(client: Client) -> None:
         + client.get(LIST_URL).content.decode()
         + client.get(reverse("admin:django_iq_apitoken_change", args=[row.pk])).content.decode()
     )
-    assert reloaded.status_code == 200 and "was shown once" in reloaded.content.decode()
+    assert reloaded.status_code == 200 and "is not shown again" in reloaded.content.decode()
     assert (shown.content + reloaded.content).decode().count(token) == 1
     assert row.prefix in later and token not in later
     assert token not in json.dumps(dict(client.session.items()))
@@ -137,6 +140,42 @@ def test_the_page_of_a_new_token_is_only_for_those_who_see_the_token(client: Cli
     response = client.get(reverse("admin:django_iq_apitoken_issued", args=[row.pk]))
 
     assert response.status_code == 404
+
+
+def test_a_maker_with_only_the_add_permission_sees_the_new_token_once(client: Client) -> None:
+    maker = staff("maker", "add_apitoken")
+    client.force_login(maker)
+
+    posted = client.post(ADD_URL, {"name": "deploys", "user": maker.pk})
+    shown = client.get(posted["Location"])
+    reloaded = client.get(posted["Location"])
+
+    row = ApiToken.objects.get()
+    assert shown.status_code == 200 and row.token_hash == hash_token(shown.context["token"])
+    # Nothing waits for a page this user could not open: the reload finds no token and no row
+    # the user may view.
+    assert reloaded.status_code == 404
+    assert not client.session.get(SESSION_KEY)
+
+
+def test_a_new_token_not_shown_in_time_is_dropped_from_the_session_unseen(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = User.objects.create_superuser("root")
+    client.force_login(root)
+    made_at = time.time()
+    monkeypatch.setattr(tokens_admin.time, "time", lambda: made_at)
+    posted = client.post(ADD_URL, {"name": "late", "user": root.pk})
+    assert list(client.session[SESSION_KEY]) == [str(ApiToken.objects.get().pk)]
+
+    monkeypatch.setattr(
+        tokens_admin.time, "time", lambda: made_at + tokens_admin.SHOW_WITHIN_SECONDS + 1
+    )
+    late = client.get(posted["Location"])
+
+    assert late.status_code == 200 and late.context["token"] is None
+    assert "is not shown again" in late.content.decode()
+    assert client.session[SESSION_KEY] == {}
 
 
 def test_in_the_admin_a_user_who_is_not_superuser_makes_tokens_only_for_themselves(

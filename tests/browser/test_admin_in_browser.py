@@ -164,7 +164,7 @@ def test_reloading_the_page_of_a_new_api_token_neither_shows_it_again_nor_makes_
     shot(page, artifacts, "token-made")
     page.reload()
 
-    expect(page.locator("#iq-token-shown")).to_contain_text("was shown once")
+    expect(page.locator("#iq-token-shown")).to_contain_text("is not shown again")
     expect(page.locator("#iq-token")).to_have_count(0)
     assert token.startswith("iq_") and token not in page.content()
     assert ApiToken.objects.count() == 1
