@@ -9,10 +9,18 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from django_iq import permissions
 from django_iq.dashboard_links import Links
 from django_iq.dashboard_panels import format_age
 
 register = template.Library()
+
+
+@register.simple_tag
+def iq_allows(user: Any, door: str) -> bool:
+    """Whether ``user`` may open ``door`` (a name of ``django_iq.permissions``: ``"DASHBOARD"``,
+    ``"JOB_STATS"``), by the table every door checks."""
+    return permissions.allows(user, getattr(permissions, door))
 
 
 @register.simple_tag

@@ -314,6 +314,20 @@ def test_app_index_links_the_job_statistics_without_the_dashboard_for_queue_view
     assert reverse("admin:django_iq_dashboard_changelist") not in page
 
 
+def test_app_index_links_the_dashboard_for_those_whose_change_permissions_let_them_see_it(
+    client: Client,
+) -> None:
+    login(client, "change_queue", "change_worker")
+
+    page = client.get(reverse("admin:app_list", args=["django_iq"])).content.decode()
+
+    assert client.get(reverse("admin:django_iq_dashboard")).status_code == 200
+    assert (
+        f'<a href="{reverse("admin:django_iq_dashboard")}" class="viewlink">Dashboard</a>' in page
+    )
+    assert reverse("admin:django_iq_job_stats") in page
+
+
 def test_admin_index_lists_the_dashboard_and_its_row_leads_there(client: Client) -> None:
     login(client, "view_queue", "view_worker")
 

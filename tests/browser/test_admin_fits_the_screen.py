@@ -172,7 +172,8 @@ def _staff(name: str) -> Any:
 
 
 def django_iq_changelists() -> list[str]:
-    """The changelist of every model django_iq registers, but the dashboard's (a redirect)."""
+    """The changelist of every model django_iq registers but the dashboard, whose page has a
+    test of its own (test_dashboard_in_browser.py)."""
     return sorted(
         reverse(f"admin:django_iq_{model._meta.model_name}_changelist")
         for model in admin.site._registry
