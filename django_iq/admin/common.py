@@ -86,9 +86,19 @@ def cut(text: object, width: str = "") -> SafeString | str:
     ``"fill"`` (the width the other columns leave)."""
     if text is None or text == "":
         return "-"
-    shown = str(text)
+    shown = clip(str(text))
     kind = f"iq-cut iq-{width}" if width else "iq-cut"
     return format_html('<span class="{}" title="{}">{}</span>', kind, shown, shown)
+
+
+# What a list cell and its hover title carry of a long text at most (the row's page has it all):
+# a page of 100 rows stays small whatever the texts.
+CELL_MAX_CHARS = 500
+
+
+def clip(text: str, limit: int = CELL_MAX_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and an ellipsis."""
+    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 def short_time(value: datetime | None, title: str = "") -> SafeString | str:

@@ -17,6 +17,7 @@ from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
     admin_actor,
+    clip,
     job_column,
     log_objects,
     report_outcome,
@@ -98,14 +99,14 @@ class EntryErrorAdmin(ActionOnlyAdmin):
         """The exception's class name and the message's first line, cut to the width the other
         columns leave; the class's dotted path and the whole message in their titles."""
         short = error.exception_class.rsplit(".", 1)[-1]
-        first_line = error.message.splitlines()[0] if error.message else ""
+        first_line = clip(error.message.splitlines()[0]) if error.message else ""
         return format_html(
             '<span class="iq-cut iq-fill"><strong title="{}">{}{}</strong> '
             '<span title="{}">{}</span></span>',
             error.exception_class,
             short,
             ":" if first_line else "",
-            error.message,
+            clip(error.message),
             first_line,
         )
 

@@ -9,6 +9,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from django_iq.admin.common import CELL_MAX_CHARS
 from django_iq.models import Entry, EntryError, OperatorAction
 from tests.admin.test_admin import (
     change_url,
@@ -66,6 +67,20 @@ def test_list_shows_exception_class_attempt_and_first_line_of_the_message(client
     assert 'title="myapp.errors.PaymentDeclined"' in response.content.decode()
     assert 'title="card refused\nsecond line"' in response.content.decode()
     assert column(response, "attempt_display") == ["2 of 3"]
+
+
+def test_a_long_message_is_clipped_in_the_list_and_whole_on_its_page(client: Client) -> None:
+    message = "declined " + "x" * 20_000
+    error = EntryErrorFactory(message=message)
+    login_superuser(client)
+
+    listed = client.get(changelist_url(EntryError)).content.decode()
+    page = client.get(change_url(error)).content.decode()
+
+    clipped = message[:CELL_MAX_CHARS] + "…"
+    assert f'title="{clipped}"' in listed
+    assert "x" * (CELL_MAX_CHARS + 1) not in listed
+    assert message in page
 
 
 @pytest.mark.parametrize(
