@@ -5,6 +5,7 @@ import os
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -130,3 +131,8 @@ LOGGING = {
         }
     },
 }
+
+# Django 6.1 warns (an error under the suite's filterwarnings) when mail is sent with no MAILERS;
+# the test runner then swaps every mailer for the in-memory one, as it does EMAIL_BACKEND.
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
