@@ -119,7 +119,32 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors.extend(_check_queues(merged["QUEUES"]))
     errors.extend(_check_listen_database(merged["LISTEN_DATABASE"]))
     errors.extend(_check_run_on_commit(merged["RUN_ON_COMMIT"]))
+    errors.extend(_check_metrics_token(merged["METRICS_TOKEN"]))
     return errors
+
+
+# The shortest METRICS_TOKEN accepted: secrets.token_urlsafe(32) gives 43 characters.
+METRICS_TOKEN_MIN_LENGTH = 32
+
+
+def _check_metrics_token(token: str | None) -> list[CheckMessage]:
+    if not token:
+        return []
+    spaced = not token.isprintable() or any(character.isspace() for character in token)
+    if len(token) >= METRICS_TOKEN_MIN_LENGTH and not spaced:
+        return []
+    return [
+        Error(
+            f"DJANGO_IQ['METRICS_TOKEN'] is {len(token)} characters"
+            + (" with spaces or control characters" if spaced else "")
+            + f": a scrape secret needs at least {METRICS_TOKEN_MIN_LENGTH} printable "
+            "characters and no spaces, or anyone may guess it.",
+            hint='Generate one with python -c "import secrets; '
+            'print(secrets.token_urlsafe(32))" and take it from the environment, or set None '
+            "to let only staff users with view_queue read the metrics.",
+            id="django_iq.E020",
+        )
+    ]
 
 
 def _check_run_on_commit(run_on_commit: bool) -> list[CheckMessage]:

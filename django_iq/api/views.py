@@ -108,8 +108,8 @@ def _listing(
                     "nothing: format=ndjson streams every matching row, so leave it out",
                 )
         return stream_ndjson(rows, serialize)
-    page = paginate(request, rows, values.get("cursor"), values.get("limit", DEFAULT_LIMIT))
-    return JsonResponse({"results": [serialize(row) for row in page.rows], "next": page.next_url})
+    limit = values.get("limit", DEFAULT_LIMIT)
+    return paginate(request, rows, values.get("cursor"), limit, serialize).response()
 
 
 def _entries() -> QuerySet[Entry]:

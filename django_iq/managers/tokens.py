@@ -80,15 +80,17 @@ class ApiTokenManager(models.Manager["ApiToken"]):
         return row, token
 
     def authenticate(self, token: str, now: datetime | None = None) -> ApiToken | None:
-        """Return the usable token ``token`` is, with its active user loaded, or None; record
-        its use when the last one recorded is older than ``LAST_USED_PRECISION``."""
+        """Return the usable token ``token`` is, with its user loaded, or None; record its use
+        when the last one recorded is older than ``LAST_USED_PRECISION``. A token lends its
+        user's rights, so a user no longer active or no longer staff makes the token unusable
+        (None, with no use recorded), as if it were unknown."""
         now = now or timezone.now()
         if not token.startswith(TOKEN_MARK) or text_problem(token):
             return None
         found = (
             self.usable(now)
             .select_related("user")
-            .filter(token_hash=hash_token(token), user__is_active=True)
+            .filter(token_hash=hash_token(token), user__is_active=True, user__is_staff=True)
             .first()
         )
         if found is None:

@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_iq import enqueue_many
+from django_iq.api import pagination
 from django_iq.api.pagination import STREAM_BATCH_SIZE, encode_cursor
 from django_iq.models import Entry
 from tests.api.test_api import VIEWS, Api, make_user, url
@@ -255,8 +256,8 @@ def test_pagination_returns_each_of_10_000_entries_once_in_a_constant_number_of_
     assert seen == sorted(seen), "pages must come in id order"
     assert len(queries) == 10
     # The session, the user, the user's and its groups' permissions (the view permission
-    # check), then one query for the page, whatever the page.
-    assert set(queries) == {5}, f"queries per page: {queries}"
+    # check), then the page's ids with their sizes and its rows, whatever the page.
+    assert set(queries) == {6}, f"queries per page: {queries}"
 
 
 def test_a_cursor_continues_after_its_id_even_when_that_entry_is_gone(staff: Api) -> None:
@@ -283,7 +284,55 @@ def test_ndjson_streams_every_matching_entry_one_object_a_line_in_bounded_batche
     rows = [json.loads(line) for line in lines]
     assert [row["id"] for row in rows] == sorted(entry.pk for entry in created)
     assert {row["inferred_state"] for row in rows} == {"awaiting_compute"}
-    assert len(captured) == 3, "one query per batch of STREAM_BATCH_SIZE rows"
+    assert len(captured) == 6, "ids, then rows, per batch of STREAM_BATCH_SIZE rows"
+
+
+def test_a_page_of_large_rows_ends_at_its_size_bound_and_next_goes_on_after_it(
+    staff: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pagination, "PAGE_MAX_BYTES", 100_000)
+    monkeypatch.setattr(pagination, "BATCH_MAX_BYTES", 40_000)
+    created = enqueue_many(record, [((f"{n}" * 30_000,), {}) for n in range(10)])
+    small = enqueue_many(record, [(("small",), {}) for _ in range(5)])
+    seen: list[list[int]] = []
+    sizes: list[int] = []
+    reads: list[int] = []
+    path = f"{url('entry-list')}?limit=1000"
+    while path:
+        with CaptureQueriesContext(connection) as captured:
+            response = staff.client.get(path)
+        seen.append([row["id"] for row in response.json()["results"]])
+        sizes.append(len(response.content))
+        reads.append(
+            sum(
+                "django_iq_entry" in query["sql"] and " IN (" in query["sql"]
+                for query in captured.captured_queries
+            )
+        )
+        path = response.json()["next"]
+
+    # Three rows of 30,000 characters fit 100,000; the fourth starts the next page. The last
+    # page holds the last large row and the small ones.
+    assert [len(page) for page in seen] == [3, 3, 3, 6]
+    assert [pk for page in seen for pk in page] == [entry.pk for entry in created + small]
+    assert max(sizes) < 100_000 + 5_000
+    # Rows are read a batch of at most 40,000 characters at a time: one large row a query (the
+    # last one with the small rows).
+    assert reads == [3, 3, 3, 1]
+
+
+def test_ndjson_reads_large_rows_in_batches_of_bounded_size(
+    staff: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pagination, "BATCH_MAX_BYTES", 40_000)
+    created = enqueue_many(record, [(("x" * 30_000,), {}) for _ in range(4)])
+
+    response = staff.get(url("entry-list"), format="ndjson")
+    with CaptureQueriesContext(connection) as captured:
+        lines = b"".join(response.streaming_content).decode().splitlines()
+
+    assert [json.loads(line)["id"] for line in lines] == [entry.pk for entry in created]
+    assert len(captured) == 1 + 4, "the ids, then one query per large row"
 
 
 def test_ndjson_of_nothing_is_an_empty_body(staff: Api) -> None:

@@ -227,6 +227,25 @@ def test_e007_the_backoff_cap_must_not_be_below_the_base() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("token", "problem"),
+    [("x", "1 characters"), ("a" * 31, "31 characters"), ("a" * 20 + " " * 20, "with spaces")],
+)
+def test_e020_a_metrics_token_must_be_long_and_without_spaces(token: str, problem: str) -> None:
+    with override_settings(DJANGO_IQ={"METRICS_TOKEN": token}):
+        errors = check_settings()
+
+    assert [error.id for error in errors] == ["django_iq.E020"]
+    assert problem in errors[0].msg
+    assert "token_urlsafe(32)" in errors[0].hint
+
+
+@pytest.mark.parametrize("token", [None, "", "k" * 32, "Zm9v-YmFy_" * 5])
+def test_no_metrics_token_or_a_long_one_passes(token: str | None) -> None:
+    with override_settings(DJANGO_IQ={"METRICS_TOKEN": token}):
+        assert check_settings() == []
+
+
 @pytest.mark.parametrize("name", ["", "q" * 101, 7])
 def test_e008_queue_names_must_have_1_to_100_characters(name: Any) -> None:
     with iq(QUEUES={name: {}}):

@@ -25,7 +25,7 @@ from tests.testapp.jobs import always_fails, flaky, record
 pytestmark = pytest.mark.urls("tests.urls_dashboard")
 
 URL = "/iq/metrics/"
-TOKEN = "scrape-token-0123456789"
+TOKEN = "scrape-token-0123456789-abcdefghijklmnop"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
