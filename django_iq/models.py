@@ -809,6 +809,11 @@ class ApiToken(models.Model):
         null=True, blank=True, help_text="Leave empty for a token that does not expire."
     )
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # A new token waiting to be shown once: the token XOR a random pad its maker's session
+    # holds (hex), until ``sealed_until``; empty once shown or past that time. Neither half
+    # alone says anything of the token.
+    sealed = models.CharField(max_length=256, blank=True, default="", editable=False)
+    sealed_until = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = ApiTokenManager()
 

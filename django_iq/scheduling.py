@@ -183,7 +183,7 @@ class Scheduler:
                 claimed += 1
                 logger.debug(
                     "claimed lock=%s queue=%s entries=%s first=%s job=%s",
-                    claim.lock_key,
+                    claim.lock_id,
                     queue,
                     len(claim.entries),
                     claim.entries[0].pk,

@@ -462,7 +462,7 @@ class WorkerProcess(IQProcess):
                     if result.settled:
                         self._released(claim)
                 except Exception:  # a loop supervisor: the claim's lock is left for recovery
-                    logger.exception("processing failed name=%s lock=%s", self.name, claim.lock_key)
+                    logger.exception("processing failed name=%s lock=%s", self.name, claim.lock_id)
                     self._forget(claim)
                 finally:
                     with self._busy_lock:

@@ -1,7 +1,7 @@
 """The ApiToken admin: a token is made with the add form and shown once on the page the form
-redirects to (only its hash is stored in the table; the token waits in its maker's session until
-that page pops it, ``SHOW_WITHIN_SECONDS`` at most, so reloading the page neither shows it again
-nor makes another), listed with its prefix, last use, expiry and revocation, and revoked with an
+redirects to (only its hash is stored in the table; until that page shows it, ten minutes at
+most, the token waits split in two halves, one on its row and one in its maker's session, neither
+of use alone, so reloading the page neither shows it again nor makes another), listed with its prefix, last use, expiry and revocation, and revoked with an
 action through ``operations.revoke_tokens``. Each page is read-only once made."""
 
 from __future__ import annotations
@@ -32,19 +32,21 @@ from django_iq.admin.common import (
     report_outcome,
     time_column,
 )
+from django_iq.managers.tokens import SHOW_WITHIN
 from django_iq.models import ApiToken
 
 # Where save_model leaves the new token for response_add: on the object, never in the database.
 TOKEN_ATTRIBUTE = "_iq_plain_token"  # noqa: S105 (an attribute name)
-# Where response_add leaves new tokens, by row id, for the one page that shows and forgets them.
+# Where response_add leaves the session's half of new tokens (see ApiToken.objects.seal), by
+# row id, for the one page that shows and forgets them.
 SESSION_KEY = "django_iq_new_tokens"
 # A new token not shown within this time is dropped from the session unseen (the page then says
-# so): the raw token never lingers for the session's lifetime.
-SHOW_WITHIN_SECONDS = 600
+# so); its row's half is cleared then too (by the page, or the leader's pruning).
+SHOW_WITHIN_SECONDS = int(SHOW_WITHIN.total_seconds())
 
 
 def waiting_tokens(request: HttpRequest) -> dict[str, list[Any]]:
-    """The session's new tokens still to be shown, by row id, as ``[token, made_at]``; those
+    """The session's halves of new tokens still to be shown, by row id, as ``[pad, made_at]``; those
     past ``SHOW_WITHIN_SECONDS`` (or of an older shape) are dropped from the session."""
     waiting = request.session.get(SESSION_KEY, {})
     now = time.time()
@@ -187,10 +189,12 @@ class ApiTokenAdmin(IQModelAdmin):
     def response_add(
         self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
     ) -> HttpResponse:
-        """Keep the new token in the session for one showing and redirect to the page showing it
-        (post/redirect/get: reloading that page posts nothing)."""
+        """Keep the new token for one showing (its row holds one half, the session the other)
+        and redirect to the page showing it (post/redirect/get: reloading that page posts
+        nothing)."""
         waiting = waiting_tokens(request)
-        waiting[str(obj.pk)] = [getattr(obj, TOKEN_ATTRIBUTE), time.time()]
+        pad = ApiToken.objects.seal(obj, getattr(obj, TOKEN_ATTRIBUTE))
+        waiting[str(obj.pk)] = [pad, time.time()]
         request.session[SESSION_KEY] = waiting
         return HttpResponseRedirect(
             reverse(f"{self.admin_site.name}:django_iq_apitoken_issued", args=[obj.pk])
@@ -221,7 +225,7 @@ class ApiTokenAdmin(IQModelAdmin):
             raise Http404("No such API token.")
         token = None
         if made_here:
-            token = waiting.pop(str(row.pk))[0]
+            token = ApiToken.objects.unseal(row.pk, waiting.pop(str(row.pk))[0])
             request.session[SESSION_KEY] = waiting
         context = {
             **self.admin_site.each_context(request),

@@ -12,6 +12,7 @@ from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import (
+    ApiToken,
     Batch,
     EntryError,
     JobLimit,
@@ -49,6 +50,7 @@ class PrunePass:
     starts: int = 0
     unique_keys: int = 0
     batches: int = 0
+    token_seals: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
 
 
@@ -59,8 +61,9 @@ class PruningDuty:
     job), latency and depth rows past ``METRICS_RETENTION_SECONDS``,
     operators' audit records past ``AUDIT_RETENTION_SECONDS``, rate-limited starts older than
     the longest rate limit period (a day), the rows of unique keys whose window
-    (``unique_for``) has passed (an expired row holds nothing), and batches whose callback
-    ended longer than ``OUTCOME_RETENTION_SECONDS`` ago."""
+    (``unique_for``) has passed (an expired row holds nothing), batches whose callback
+    ended longer than ``OUTCOME_RETENTION_SECONDS`` ago, and the halves of new API tokens not
+    shown within ten minutes."""
 
     name = "pruning"
 
@@ -89,6 +92,7 @@ class PruningDuty:
             "starts": lambda: JobLimit.objects.prune_starts(started_before, batch),
             "unique_keys": lambda: UniqueKey.objects.prune(now, batch),
             "batches": lambda: Batch.objects.prune(ran_before, batch),
+            "token_seals": lambda: ApiToken.objects.drop_seals(now, batch),
         }
         result = PrunePass()
         for table, prune in tables.items():

@@ -56,7 +56,7 @@ def diagnose(lock: GroupLock, heartbeat_margin: timedelta) -> Stuck | None:
     """
     worker = lock.worker
     if worker is None:
-        return Stuck(f"Lock {lock.key} has no worker: its worker stopped or was removed.")
+        return Stuck(f"Lock {lock.pk} has no worker: its worker stopped or was removed.")
     if worker.stopped_at is not None:
         if worker.died:
             return Stuck(
@@ -66,12 +66,12 @@ def diagnose(lock: GroupLock, heartbeat_margin: timedelta) -> Stuck | None:
             )
         return Stuck(
             f"Worker {worker.name} stopped at {worker.stopped_at.isoformat()} "
-            f"holding lock {lock.key}."
+            f"holding lock {lock.pk}."
         )
     if worker.held_at is not None and lock.locked_at < worker.held_at - heartbeat_margin:
         if lock.pk not in set(worker.held_lock_ids or []):
             return Stuck(
-                f"Worker {worker.name} is alive but no longer holds lock {lock.key} "
+                f"Worker {worker.name} is alive but no longer holds lock {lock.pk} "
                 f"(not in its report at {worker.held_at.isoformat()}).",
                 counts_attempt=False,
             )
@@ -100,13 +100,13 @@ class RecoveryDuty:
             except LeadershipLost:
                 raise
             except Exception as exc:  # one row it cannot handle must not stop the pass
-                logger.exception("recovery skipped lock=%s entry=%s", lock.key, lock.entry_id)
+                logger.exception("recovery skipped lock=%s entry=%s", lock.pk, lock.entry_id)
                 result.skipped[lock.key] = _describe(exc)
                 continue
             if outcome is not None:
                 result.recovered[lock.key] = outcome
                 logger.info(
-                    "recovered lock=%s entry=%s outcome=%s", lock.key, lock.entry_id, outcome
+                    "recovered lock=%s entry=%s outcome=%s", lock.pk, lock.entry_id, outcome
                 )
         return result
 
@@ -150,16 +150,14 @@ class RecoveryDuty:
             if current is None:
                 return None
             if current.entry_id != entry_id:
-                logger.info(
-                    "lock=%s moved on to entry=%s; next pass", current.key, current.entry_id
-                )
+                logger.info("lock=%s moved on to entry=%s; next pass", current.pk, current.entry_id)
                 return None
             stuck = diagnose(current, margin)
             if stuck is None:
-                logger.info("lock=%s is held again by worker=%s", current.key, current.worker_id)
+                logger.info("lock=%s is held again by worker=%s", current.pk, current.worker_id)
                 return None
             logger.warning(
-                "stuck lock=%s worker=%s: %s", current.key, current.worker_id, stuck.reason
+                "stuck lock=%s worker=%s: %s", current.pk, current.worker_id, stuck.reason
             )
             if not stuck.counts_attempt:
                 return "released" if GroupLock.objects.release([current.pk]) else None

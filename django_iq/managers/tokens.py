@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -31,6 +31,8 @@ TOKEN_BYTES = 32
 NAME_MAX_LENGTH = 100
 # A token's last use is written at most this often, so a busy script does not write per request.
 LAST_USED_PRECISION = timedelta(minutes=1)
+# A new token can be shown (``unseal``) this long after it was made, and no longer.
+SHOW_WITHIN = timedelta(minutes=10)
 
 
 def hash_token(token: str) -> str:
@@ -103,6 +105,60 @@ class ApiTokenManager(models.Manager["ApiToken"]):
             ).update(last_used_at=now)
             found.last_used_at = now
         return found
+
+    def seal(self, row: ApiToken, token: str, now: datetime | None = None) -> str:
+        """Keep ``token`` for one showing within ``SHOW_WITHIN``; return the half to keep
+        elsewhere (a random pad, hex), for ``unseal``.
+
+        The row keeps the token XOR the pad, the caller the pad (the admin: its maker's
+        session): neither half alone says anything of the token, and the row's half is cleared
+        when the token is shown or, past ``SHOW_WITHIN``, by the leader's pruning, so a session
+        kept for weeks (or a signed session cookie) holds nothing usable.
+        """
+        raw = token.encode()
+        pad = secrets.token_bytes(len(raw))
+        sealed = bytes(a ^ b for a, b in zip(raw, pad, strict=True)).hex()
+        until = (now or timezone.now()) + SHOW_WITHIN
+        self.filter(pk=row.pk).update(sealed=sealed, sealed_until=until)
+        return pad.hex()
+
+    def unseal(self, row_id: int, pad: str, now: datetime | None = None) -> str | None:
+        """The token ``seal`` kept on row ``row_id``, once: the row's half is cleared whatever
+        comes of it. None when it was shown already, is past ``SHOW_WITHIN`` or ``pad`` is not
+        its other half."""
+        now = now or timezone.now()
+        with transaction.atomic(using=self.db):
+            found = (
+                self.select_for_update()
+                .filter(pk=row_id)
+                .exclude(sealed="")
+                .values_list("sealed", "sealed_until", "token_hash")
+                .first()
+            )
+            if found is None:
+                return None
+            self.filter(pk=row_id).update(sealed="", sealed_until=None)
+        sealed, until, token_hash = found
+        try:
+            raw = bytes(
+                a ^ b for a, b in zip(bytes.fromhex(sealed), bytes.fromhex(pad), strict=True)
+            )
+            token = raw.decode()
+        except (ValueError, TypeError):
+            return None
+        if until is None or until <= now or hash_token(token) != token_hash:
+            return None
+        return token
+
+    def drop_seals(self, now: datetime, batch_size: int) -> int:
+        """Clear up to ``batch_size`` rows' halves of tokens not shown within ``SHOW_WITHIN``;
+        return how many."""
+        ids = list(
+            self.exclude(sealed="")
+            .filter(Q(sealed_until__isnull=True) | Q(sealed_until__lte=now))
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        return self.filter(pk__in=ids).update(sealed="", sealed_until=None) if ids else 0
 
     def revoke(
         self, ids: Iterable[int], now: datetime | None = None

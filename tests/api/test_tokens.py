@@ -20,7 +20,9 @@ from django.utils import timezone
 from django_iq import operations
 from django_iq.admin import tokens as tokens_admin
 from django_iq.admin.tokens import SESSION_KEY
+from django_iq.duties.pruning import PruningDuty
 from django_iq.exceptions import InvalidApiToken
+from django_iq.leader import Leader
 from django_iq.managers.tokens import LAST_USED_PRECISION, hash_token
 from django_iq.models import ApiToken, Entry, OperatorAction
 from tests.factories import EntryFactory
@@ -176,6 +178,52 @@ def test_a_new_token_not_shown_in_time_is_dropped_from_the_session_unseen(
     assert late.status_code == 200 and late.context["token"] is None
     assert "is not shown again" in late.content.decode()
     assert client.session[SESSION_KEY] == {}
+
+
+def test_a_waiting_token_is_split_between_its_row_and_the_session_and_gone_after_ten_minutes(
+    client: Client,
+) -> None:
+    root = User.objects.create_superuser("root")
+    client.force_login(root)
+    posted = client.post(ADD_URL, {"name": "never-opened", "user": root.pk})
+    row = ApiToken.objects.get()
+    session = json.dumps(dict(client.session.items()))
+    pad = client.session[SESSION_KEY][str(row.pk)][0]
+    token = bytes(
+        a ^ b for a, b in zip(bytes.fromhex(row.sealed), bytes.fromhex(pad), strict=True)
+    ).decode()
+    assert hash_token(token) == row.token_hash
+    # Neither the session nor the row holds the token, or any part of it after its mark.
+    for half in (session, row.sealed, pad):
+        assert token[len("iq_") :][:8] not in half
+    assert row.sealed_until is not None
+
+    # The maker never opens the page; ten minutes on, the leader's pruning clears the row's
+    # half, and the session's half is of no use any more.
+    later = row.sealed_until + timedelta(seconds=1)
+    pruned = Leader(name="pruner", duties=[PruningDuty()], lease_seconds=30).run_once(later)
+    assert pruned.ran["pruning"].token_seals == 1
+    row.refresh_from_db()
+    assert (row.sealed, row.sealed_until) == ("", None)
+    assert ApiToken.objects.unseal(row.pk, pad) is None
+    opened = client.get(posted["Location"])
+    assert opened.context["token"] is None and token not in opened.content.decode()
+
+
+def test_a_token_is_unsealed_once_in_time_and_only_with_its_own_half() -> None:
+    row, token = ApiToken.objects.issue(staff("robot"), "ci")
+    made = timezone.now()
+    pad = ApiToken.objects.seal(row, token, now=made)
+    other_row, other_token = ApiToken.objects.issue(staff("robot2"), "ci")
+    other_pad = ApiToken.objects.seal(other_row, other_token, now=made)
+
+    assert ApiToken.objects.unseal(row.pk, other_pad) is None, "the wrong half shows nothing"
+    assert ApiToken.objects.unseal(row.pk, pad) is None, "and the try used the row's half up"
+    late = made + timedelta(minutes=10)
+    assert ApiToken.objects.unseal(other_row.pk, other_pad, now=late) is None
+    fresh = ApiToken.objects.seal(row, token, now=made)
+    assert ApiToken.objects.unseal(row.pk, fresh, now=made + timedelta(minutes=9)) == token
+    assert ApiToken.objects.unseal(row.pk, fresh, now=made) is None, "shown once"
 
 
 def test_in_the_admin_a_user_who_is_not_superuser_makes_tokens_only_for_themselves(

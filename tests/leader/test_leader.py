@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -193,6 +194,24 @@ def test_recovery_unlocks_the_entry_of_a_silent_worker_and_counts_the_attempt() 
     assert "Worker w:1 was found dead: last heartbeat at" in error.message
     marked = Worker.objects.get(pk=worker.pk)
     assert marked.stopped_at is not None and marked.died
+
+
+@settings_with(WORKER_SILENT_AFTER_SECONDS=0.2)
+def test_recovery_logs_lock_ids_never_group_keys(caplog: pytest.LogCaptureFixture) -> None:
+    worker = Worker.objects.register(
+        name="w:9", role="worker", host="h", pid=9, queues=[], processing_threads=1
+    )
+    record.using(group_key="customer:alice@example.com").enqueue("grouped")
+    (claim,) = Entry.objects.claim(worker, 1, "default")
+    wait_until(lambda: Worker.objects.silent(0.2).exists(), message="the worker to fall silent")
+
+    with caplog.at_level(logging.DEBUG, logger="django_iq"):
+        result = recovery_leader().run_once()
+
+    assert list(result.ran["recovery"].recovered.values()) == ["retry"]
+    assert f"recovered lock={claim.lock_id} " in caplog.text
+    assert "alice@example.com" not in caplog.text
+    assert "alice@example.com" not in EntryError.objects.get().message
 
 
 def test_recovery_leaves_a_live_busy_worker_alone() -> None:
