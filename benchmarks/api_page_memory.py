@@ -67,8 +67,7 @@ def main() -> int:
     finally:
         teardown_databases(old, verbosity=0)
     print(
-        f"{args.entries} entries of {args.argument_mib:g} MiB arguments, "
-        f"on {connection.vendor}\n"
+        f"{args.entries} entries of {args.argument_mib:g} MiB arguments, on {connection.vendor}\n"
     )
     print("| reading | requests | largest body (MB) | peak RSS growth (MB) |")
     print("|---|---|---|---|")
