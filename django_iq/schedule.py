@@ -60,7 +60,8 @@ def validate_timezone(timezone_name: str) -> None:
 
 def every_seconds_of(every: object) -> int:
     """Return the whole seconds of an interval given as a ``timedelta``; raise
-    ``InvalidSchedule`` naming the value if it is not one, not whole seconds, under a second or over a year."""
+    ``InvalidSchedule`` naming the value if it is not one, not whole seconds, under a second
+    or over a year."""
     if not isinstance(every, timedelta):
         raise InvalidSchedule(
             f"every must be a timedelta, e.g. timedelta(minutes=5), not {type(every).__name__} "

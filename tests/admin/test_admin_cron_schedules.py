@@ -4,6 +4,7 @@ fires, last run and outcome, a job switched off; in a bounded number of queries.
 
 from __future__ import annotations
 
+import html
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -309,3 +310,22 @@ def test_a_declared_interval_stays_as_declared_whatever_is_posted(client: Client
     assert 'name="every_seconds"' not in page.content.decode()
     stored = CronJob.objects.get(pk=cron_job.pk)
     assert (stored.schedule, stored.every_seconds) == ("", 60)
+
+
+def test_an_ended_schedule_is_listed_done_with_its_reason_on_the_list_and_its_page(
+    client: Client,
+) -> None:
+    QueueFactory(name="default")
+    cron_job = CronJobFactory(name="never")
+    CronJob.objects.filter(pk=cron_job.pk).update(schedule="0 0 30 2 *")
+    CronJob.objects.reschedule(CronJob.objects.get(pk=cron_job.pk), catalog)
+    cron_job.refresh_from_db()
+    login_superuser(client)
+
+    response = client.get(changelist_url(CronJob))
+    page = client.get(change_url(cron_job)).content.decode()
+
+    assert cron_job.end_reason.startswith("'0 0 30 2 *' has no fire time after ")
+    assert column(response, "status") == ["done"]
+    assert column(response, "next_run") == [f"ended: {cron_job.end_reason}"]
+    assert html.escape(cron_job.end_reason) in page and not Entry.objects.exists()
