@@ -120,3 +120,9 @@ class ParentFailed(IQError):
 class InvalidApiToken(IQError, ValueError):
     """An API token could not be made as asked: no name, a user who is not active staff, an
     expiry in the past. See docs/security.md."""
+
+
+class InvalidSchedule(IQError, ValueError):
+    """A cron job's schedule cannot be used: not five cron fields, no fire time to come (30
+    February), an unknown time zone, an interval out of range, or a one-off time that is not
+    an aware datetime a run may be set for. See docs/howto/cron.md."""

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router, transaction
@@ -25,13 +25,26 @@ from django_iq.registry import autodiscover
 
 logger = logging.getLogger(__name__)
 
+# A duty that keeps failing is logged, with its traceback, at most this often: a pass runs
+# every LEADER_POLL_SECONDS, and one failure a pass would bury every other line.
+DUTY_FAILURE_LOG_EVERY = timedelta(minutes=1)
+
 
 @dataclass
 class LeaderPass:
-    """What one pass of the leader loop did."""
+    """What one pass of the leader loop did: each duty's result, or its error."""
 
     is_leader: bool
     ran: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, Exception] = field(default_factory=dict)
+
+
+@dataclass
+class FailureLog:
+    """When a duty's failure was last logged, and how many failed passes were not since."""
+
+    logged_at: datetime
+    unlogged: int = 0
 
 
 class Leader(IQProcess):
@@ -58,6 +71,7 @@ class Leader(IQProcess):
         self.poll_seconds = poll_seconds or iq_settings.LEADER_POLL_SECONDS
         self.epoch: int | None = None
         self._last_run: dict[str, float] = {}
+        self._failures: dict[str, FailureLog] = {}
         self._last_heartbeat = 0.0
 
     @property
@@ -97,7 +111,13 @@ class Leader(IQProcess):
         self.epoch = None
 
     def run_once(self, now: datetime | None = None) -> LeaderPass:
-        """Heartbeat, take or renew the lease, then run each duty whose interval has passed."""
+        """Heartbeat, take or renew the lease, then run each duty whose interval has passed.
+
+        Each duty runs on its own: one that raises is logged (see ``_duty_failed``) and tried
+        again after its interval, and the duties after it still run in this pass, so a
+        failing cron sync never holds up recovery, pruning or compaction. Only a lost lease
+        ends the pass.
+        """
         refresh_connections()
         now = now or timezone.now()
         self._heartbeat()
@@ -127,8 +147,35 @@ class Leader(IQProcess):
             except LeadershipLost:
                 result.is_leader = False
                 return result
+            except Exception as exc:  # one duty's failure must not stop the others
+                result.failed[duty.name] = exc
+                self._duty_failed(duty.name, now)
+                refresh_connections()  # a connection the failure left unusable is replaced
+            else:
+                self._duty_recovered(duty.name)
             self._last_run[duty.name] = clock
         return result
+
+    def _duty_failed(self, name: str, now: datetime) -> None:
+        """Log a duty's failure with its traceback, at most once per ``DUTY_FAILURE_LOG_EVERY``
+        for each duty (saying how many failures went unlogged since the last line)."""
+        last = self._failures.get(name)
+        if last is not None and last.logged_at <= now < last.logged_at + DUTY_FAILURE_LOG_EVERY:
+            last.unlogged += 1
+            return
+        unlogged = last.unlogged if last is not None else 0
+        logger.exception(
+            "leader duty failed name=%s duty=%s%s",
+            self.name,
+            name,
+            f" ({unlogged} more failures since the last report)" if unlogged else "",
+        )
+        self._failures[name] = FailureLog(now)
+
+    def _duty_recovered(self, name: str) -> None:
+        """After failures, log once that the duty runs again."""
+        if self._failures.pop(name, None) is not None:
+            logger.info("leader duty recovered name=%s duty=%s", self.name, name)
 
     def _heartbeat(self) -> None:
         if (

@@ -27,6 +27,8 @@ MAX_ATTEMPTS_LIMIT = 100_000
 MAX_BACKOFF_SECONDS = 365 * 86_400.0
 # unique_for, in seconds: a year (the end of a window stays far inside every database's range).
 MAX_UNIQUE_FOR_SECONDS = 365 * 86_400.0
+# Why a cron job ended (``CronJob.end_reason``): a schedule named in a sentence.
+END_REASON_MAX_CHARS = 500
 # Queue names, group keys and job names: no NUL (PostgreSQL refuses it in text) and valid UTF-8.
 
 

@@ -14,7 +14,7 @@ from django.db.models import BaseConstraint, Q
 from django.utils import timezone
 
 from django_iq.indexes import PartialIndex
-from django_iq.limits import EARLIEST_RUN_AT, LATEST_RUN_AT
+from django_iq.limits import EARLIEST_RUN_AT, END_REASON_MAX_CHARS, LATEST_RUN_AT
 from django_iq.managers import (
     ApiTokenManager,
     BatchManager,
@@ -442,6 +442,11 @@ class CronJob(models.Model):
     # When a one-off fired (its entry was made), written with that entry in the leader's fenced
     # transaction: set, it never fires again.
     fired_at = models.DateTimeField(null=True, blank=True)
+    # When a schedule was found to have no fire time to come (a year field that ran out, a day
+    # that never comes, a row written by hand), and why: set, the cron job is done and gets no
+    # entry until its schedule is changed.
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=END_REASON_MAX_CHARS, blank=True)
     job_name = models.CharField(max_length=200)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
@@ -512,12 +517,16 @@ class CronJob(models.Model):
 
     @property
     def is_done(self) -> bool:
-        """A one-off that fired: it never fires again."""
-        return self.run_once_at is not None and self.fired_at is not None
+        """A one-off that fired, or a schedule with no fire time to come: it never fires again
+        (until its schedule is changed)."""
+        return self.ended_at is not None or (
+            self.run_once_at is not None and self.fired_at is not None
+        )
 
     def status(self, job_disabled: bool) -> str:
-        """``enabled``, ``disabled`` or ``done`` (a one-off that fired), followed by ``, job
-        disabled`` when the job it runs is switched off (its entries then wait)."""
+        """``enabled``, ``disabled`` or ``done`` (a one-off that fired, or a schedule that ended:
+        ``end_reason`` says why), followed by ``, job disabled`` when the job it runs is
+        switched off (its entries then wait)."""
         state = "done" if self.is_done else "enabled" if self.is_enabled else "disabled"
         return f"{state}, job disabled" if job_disabled else state
 

@@ -485,7 +485,9 @@ def save_cron_job(
     cron_job: CronJob, changed: Iterable[str], actor: Actor, *, created: bool
 ) -> Outcome:
     """Save a cron job an operator created or edited (only the ``changed`` fields of an edit)
-    and re-time its waiting entry when what it is built from changed."""
+    and re-time its waiting entry when what it is built from changed. Raises
+    ``InvalidSchedule`` (writing nothing) for a schedule that cannot be used: not five cron
+    fields, no fire time to come, a one-off time outside what a run may be set for."""
     outcome = Outcome(
         "add_cron" if created else "edit_cron",
         "Added" if created else "Changed",

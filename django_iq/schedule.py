@@ -7,78 +7,106 @@ A cron job has exactly one of: a cron expression (croniter syntax, in a time zon
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
+
+from django_iq.exceptions import InvalidSchedule
+from django_iq.limits import EARLIEST_RUN_AT, LATEST_RUN_AT, run_at_problem
 
 # The shortest interval: the leader's passes and the workers' polls are a second apart.
 MIN_EVERY_SECONDS = 1
+# A cron expression's fields: minute, hour, day of month, month, day of week.
+CRON_FIELDS = 5
 # The longest interval (a year of seconds still fits a 32-bit column many times over).
 MAX_EVERY_SECONDS = 366 * 86_400
 
 
-def validate_schedule(schedule: str, timezone_name: str = "UTC") -> None:
-    """Raise ``ValueError`` naming the problem if ``schedule`` or ``timezone_name`` is invalid."""
-    if not isinstance(schedule, str) or not croniter.is_valid(schedule):
-        raise ValueError(
-            f"{schedule!r} is not a valid cron expression; use five fields "
+def validate_schedule(
+    schedule: str, timezone_name: str = "UTC", now: datetime | None = None
+) -> None:
+    """Raise ``InvalidSchedule`` naming the problem unless ``schedule`` is a cron expression of
+    five fields that fires at least once after ``now`` (default: the current time) in a known
+    time zone ``timezone_name``.
+
+    croniter also reads a sixth (seconds) and a seventh (year) field and ``@daily``-style
+    names; they are refused here, since a year runs out (after its last fire the cron job
+    would have no next entry) and the documented form is five fields. A schedule that never
+    fires (``0 0 30 2 *``) is refused by computing its next fire time.
+    """
+    if (
+        not isinstance(schedule, str)
+        or len(schedule.split()) != CRON_FIELDS
+        or not croniter.is_valid(schedule)
+    ):
+        raise InvalidSchedule(
+            f"{schedule!r:.120} is not a valid cron expression; use five fields "
             '"minute hour day-of-month month day-of-week", e.g. "*/5 * * * *".'
         )
     validate_timezone(timezone_name)
+    next_fire_time(schedule, timezone_name, now or datetime.now(UTC))
 
 
 def validate_timezone(timezone_name: str) -> None:
-    """Raise ``ValueError`` if ``timezone_name`` is not a known time zone."""
+    """Raise ``InvalidSchedule`` if ``timezone_name`` is not a known time zone."""
     try:
         zoneinfo.ZoneInfo(timezone_name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
-        raise ValueError(
+        raise InvalidSchedule(
             f"{timezone_name!r} is not a known time zone, e.g. 'UTC' or 'Europe/Paris'."
         ) from None
 
 
 def every_seconds_of(every: object) -> int:
-    """Return the whole seconds of an interval given as a ``timedelta``; raise ``ValueError``
-    naming the value if it is not one, not whole seconds, under a second or over a year."""
+    """Return the whole seconds of an interval given as a ``timedelta``; raise
+    ``InvalidSchedule`` naming the value if it is not one, not whole seconds, under a second
+    or over a year."""
     if not isinstance(every, timedelta):
-        raise ValueError(
+        raise InvalidSchedule(
             f"every must be a timedelta, e.g. timedelta(minutes=5), not {type(every).__name__} "
             f"({every!r:.80})."
         )
     seconds = every.total_seconds()
     if seconds != int(seconds):
-        raise ValueError(f"every ({every}) must be whole seconds, e.g. timedelta(seconds=90).")
+        raise InvalidSchedule(f"every ({every}) must be whole seconds, e.g. timedelta(seconds=90).")
     validate_every_seconds(int(seconds))
     return int(seconds)
 
 
 def validate_every_seconds(seconds: int) -> None:
-    """Raise ``ValueError`` unless an interval of ``seconds`` is within the allowed range."""
+    """Raise ``InvalidSchedule`` unless an interval of ``seconds`` is within the allowed range."""
     if not MIN_EVERY_SECONDS <= seconds <= MAX_EVERY_SECONDS:
-        raise ValueError(
+        raise InvalidSchedule(
             f"every ({timedelta(seconds=seconds)}) must be from {MIN_EVERY_SECONDS} second to "
             f"{MAX_EVERY_SECONDS // 86_400} days."
         )
 
 
 def validate_at(at: object) -> datetime:
-    """Return ``at`` if it is an aware ``datetime``; raise ``ValueError`` naming it otherwise."""
+    """Return ``at`` if it is an aware ``datetime`` a run may be set for (the bounds of an
+    entry's ``run_at``); raise ``InvalidSchedule`` naming it otherwise."""
     if not isinstance(at, datetime):
-        raise ValueError(
+        raise InvalidSchedule(
             f"at must be an aware datetime, e.g. datetime(2030, 1, 1, 9, tzinfo=UTC), not "
             f"{type(at).__name__} ({at!r:.80})."
         )
     if at.tzinfo is None or at.utcoffset() is None:
-        raise ValueError(
+        raise InvalidSchedule(
             f"at ({at.isoformat()}) has no time zone; pass an aware datetime, e.g. "
             "datetime(2030, 1, 1, 9, tzinfo=UTC)."
+        )
+    if run_at_problem(at) is not None:
+        raise InvalidSchedule(
+            f"at ({at.isoformat()}) is out of range; a run may be set from "
+            f"{EARLIEST_RUN_AT:%Y-%m-%d} to {LATEST_RUN_AT:%Y-%m-%d} UTC."
         )
     return at
 
 
 def validate_kind(schedule: str, every_seconds: int | None, run_once_at: datetime | None) -> None:
-    """Raise ``ValueError`` unless exactly one of a cron expression, an interval and a one-off
-    time is given."""
+    """Raise ``InvalidSchedule`` unless exactly one of a cron expression, an interval and a
+    one-off time is given."""
     given = [
         name
         for name, value in (
@@ -89,20 +117,22 @@ def validate_kind(schedule: str, every_seconds: int | None, run_once_at: datetim
         if value not in ("", None)
     ]
     if len(given) != 1:
-        raise ValueError(
+        raise InvalidSchedule(
             "A cron job needs exactly one of schedule (a cron expression), every (an interval) "
             f"and at (one time); got {', '.join(given) if given else 'none'}."
         )
 
 
-def validate_declared_schedule(spec: dict[str, object]) -> None:
-    """Raise ``ValueError`` naming the problem with the ``schedule``, ``every``, ``at`` or
-    ``timezone`` of a ``DJANGO_IQ["CRON"]`` entry that has exactly one of the first three."""
+def validate_declared_schedule(spec: dict[str, Any], now: datetime | None = None) -> None:
+    """Raise ``InvalidSchedule`` naming the problem with the ``schedule``, ``every``, ``at`` or
+    ``timezone`` of a ``DJANGO_IQ["CRON"]`` entry, or unless it has exactly one of the first
+    three; a cron expression must fire after ``now``."""
+    validate_kind(spec.get("schedule", ""), spec.get("every"), spec.get("at"))
     timezone_name = spec.get("timezone", "UTC")
     if "schedule" in spec:
-        validate_schedule(spec["schedule"], timezone_name)  # type: ignore[arg-type]
+        validate_schedule(spec["schedule"], timezone_name, now)
         return
-    validate_timezone(timezone_name)  # type: ignore[arg-type]
+    validate_timezone(timezone_name)
     if "every" in spec:
         every_seconds_of(spec["every"])
     else:
@@ -110,10 +140,28 @@ def validate_declared_schedule(spec: dict[str, object]) -> None:
 
 
 def next_fire_time(schedule: str, timezone_name: str, after: datetime) -> datetime:
-    """Return the first fire time of ``schedule`` strictly after ``after``, in UTC."""
-    zone = zoneinfo.ZoneInfo(timezone_name)
-    fire: datetime = croniter(schedule, after.astimezone(zone)).get_next(datetime)
-    return fire.astimezone(zoneinfo.ZoneInfo("UTC"))
+    """Return the first fire time of ``schedule`` strictly after ``after``, in UTC.
+
+    Raise ``InvalidSchedule`` if there is none: croniter finds no date (a year field that ran
+    out, or a day that never comes, as 30 February), cannot read the expression or time zone
+    (a row written by hand), or the time found is past what a run may be set for.
+    """
+    fire: datetime | None
+    try:
+        zone = zoneinfo.ZoneInfo(timezone_name)
+        fire = croniter(schedule, after.astimezone(zone)).get_next(datetime).astimezone(UTC)
+    except CroniterBadDateError:
+        fire = None
+    # croniter's other errors are ValueErrors; a bad zone name is a KeyError or a ValueError.
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        raise InvalidSchedule(
+            f"{schedule!r:.120} in {timezone_name!r:.80} cannot be read: {exc}"
+        ) from None
+    if fire is None or run_at_problem(fire) is not None:
+        raise InvalidSchedule(
+            f"{schedule!r:.120} has no fire time after {after.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC."
+        )
+    return fire
 
 
 def next_interval_time(anchor: datetime | None, every_seconds: int, after: datetime) -> datetime:

@@ -86,11 +86,17 @@ DJANGO_IQ = {
 }
 
 if os.environ.get("DJANGO_IQ_TEST_CRON"):
-    # A cron job for process tests; the fault suite's fires every second (croniter's sixth field).
+    # A cron job for process tests: a cron expression, or an interval in seconds (the fault
+    # suite's fires every second).
+    _every = os.environ.get("DJANGO_IQ_TEST_CRON_EVERY")
     DJANGO_IQ["CRON"] = {
         "tick": {
             "job": os.environ.get("DJANGO_IQ_TEST_CRON_JOB", "tests.testapp.jobs.noop"),
-            "schedule": os.environ.get("DJANGO_IQ_TEST_CRON_SCHEDULE", "* * * * *"),
+            **(
+                {"every": timedelta(seconds=float(_every))}
+                if _every
+                else {"schedule": os.environ.get("DJANGO_IQ_TEST_CRON_SCHEDULE", "* * * * *")}
+            ),
             "args": json.loads(os.environ.get("DJANGO_IQ_TEST_CRON_ARGS", "[]")),
             "kwargs": json.loads(os.environ.get("DJANGO_IQ_TEST_CRON_KWARGS", "{}")),
         }

@@ -14,6 +14,7 @@ from django.contrib import admin
 from django.contrib.admin.models import CHANGE
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, Field, OuterRef, QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -32,7 +33,8 @@ from django_iq.admin.common import (
     short_time,
     time_column,
 )
-from django_iq.exceptions import InvalidJobArguments, JobNotRegistered
+from django_iq.exceptions import InvalidJobArguments, InvalidSchedule, JobNotRegistered
+from django_iq.limits import MAX_ARGUMENT_DEPTH
 from django_iq.models import CronJob, DisabledJob
 from django_iq.registry import get_job
 from django_iq.schedule import every_seconds_of, next_fire_time
@@ -45,8 +47,8 @@ NEXT_FIRES = 3
 
 def next_fires(cron_job: CronJob, now: datetime) -> list[datetime]:
     """``next_run_at`` followed by the ``NEXT_FIRES`` fire times after it (after ``now`` when
-    the cron job has no entry yet); a one-off's one time until it fired; empty for a disabled
-    cron job or a one-off that fired."""
+    the cron job has no entry yet), as many as there are; a one-off's one time until it fired;
+    empty for a disabled cron job, a one-off that fired or a schedule that ended."""
     if not cron_job.is_enabled or cron_job.is_done:
         return []
     if cron_job.run_once_at is not None:
@@ -57,9 +59,38 @@ def next_fires(cron_job: CronJob, now: datetime) -> list[datetime]:
         if cron_job.every_seconds is not None:
             after += timedelta(seconds=cron_job.every_seconds)
         else:
-            after = next_fire_time(cron_job.schedule, cron_job.timezone, after)
+            try:
+                after = next_fire_time(cron_job.schedule, cron_job.timezone, after)
+            except InvalidSchedule:
+                if fires:
+                    break  # the schedule's last fire times: the leader ends it after them
+                raise
         fires.append(after)
     return fires
+
+
+class ArgumentsField(forms.JSONField):
+    """A JSON field for job arguments whose text the JSON parser cannot read for its size is
+    refused on the field, as other bad JSON is: text nested deeper than the parser recurses,
+    or an integer of more digits than Python converts (``sys.get_int_max_str_digits``)."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise ValidationError(
+                "The JSON is nested too deeply to read; arguments nest at most "
+                f"{MAX_ARGUMENT_DEPTH} lists or dicts."
+            ) from None
+        except ValueError as exc:  # an integer past Python's digit limit
+            raise ValidationError(f"Enter valid JSON: {exc}.") from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        # The form shown again with its errors keeps the text as it was typed.
+        try:
+            return super().bound_data(data, initial)
+        except (RecursionError, ValueError):
+            return InvalidJSONInput(data)
 
 
 class CronJobForm(forms.ModelForm):
@@ -170,6 +201,7 @@ class CronJobAdmin(IQModelAdmin):
         "status",
         "origin",
         "fired_at_display",
+        "ended",
         "next_run_at_display",
         "next_runs",
         "last_run_at_display",
@@ -206,6 +238,8 @@ class CronJobAdmin(IQModelAdmin):
     ) -> forms.Field | None:
         if db_field.name == "priority":
             kwargs.update(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
+        if db_field.name in ("args", "kwargs"):
+            kwargs["form_class"] = ArgumentsField
         if db_field.name == "every_seconds":
             # Stored as whole seconds, entered as a duration (CronJobForm converts it). Made
             # here, not declared on the form, so that it is left out where it is read-only.
@@ -257,6 +291,13 @@ class CronJobAdmin(IQModelAdmin):
     def fired_at_display(self, cron_job: CronJob) -> str:
         return _when(cron_job.fired_at)
 
+    @admin.display(description="ended")
+    def ended(self, cron_job: CronJob) -> str:
+        """When and why a schedule ended (it had no fire time to come), or ``-``."""
+        if cron_job.ended_at is None:
+            return "-"
+        return f"{_when(cron_job.ended_at)}: {cron_job.end_reason}"
+
     @admin.display(description="last run at")
     def last_run_at_display(self, cron_job: CronJob) -> str:
         return _when(cron_job.last_run_at)
@@ -291,12 +332,15 @@ class CronJobAdmin(IQModelAdmin):
         return short_time(fires[0], "Next runs: " + ", ".join(_when(fire) for fire in fires))
 
     @staticmethod
-    def _fires(cron_job: CronJob) -> list[datetime] | str:
-        """The next fire times, or why there are none."""
+    def _fires(cron_job: CronJob) -> list[datetime] | SafeString | str:
+        """The next fire times, or why there are none (an ended schedule's reason, whole in
+        the title)."""
+        if cron_job.ended_at is not None:
+            return cut(f"ended: {cron_job.end_reason}", "narrow")
         try:
             fires = next_fires(cron_job, timezone.now())
         except (ValueError, KeyError):
-            return "invalid schedule"
+            return "no fire time"
         if not fires:
             return "done" if cron_job.is_done else "disabled"
         return fires

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django_iq.conf import iq_settings
@@ -20,12 +20,19 @@ class CronPass:
     synced: int
     removed: int
     created: int
+    # Declared cron jobs whose schedule cannot be used, by name: why.
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 class CronDuty:
     """Keep ``DJANGO_IQ["CRON"]`` in the table and exactly one entry per enabled cron job."""
 
     name = "cron"
+
+    def __init__(self) -> None:
+        # The declared cron jobs whose refusal was logged: each is logged once while refused,
+        # not on every pass.
+        self._refusals_logged: set[str] = set()
 
     @property
     def interval_seconds(self) -> float:
@@ -34,8 +41,12 @@ class CronDuty:
     def run_once(self, now: datetime, fence: Fence) -> CronPass:
         """Sync declared cron jobs and create missing entries, under the leader's fence."""
         with fence():
-            synced, removed = CronJob.objects.sync_declared(iq_settings.CRON, catalog)
+            synced, removed, refused = CronJob.objects.sync_declared(iq_settings.CRON, catalog, now)
             created = CronJob.objects.ensure_entries(now, catalog)
         if synced or removed or created:
             logger.info("cron synced=%s removed=%s entries_created=%s", synced, removed, created)
-        return CronPass(synced, removed, created)
+        for name, reason in refused.items():
+            if name not in self._refusals_logged:
+                logger.error("cron job refused name=%s: %s", name, reason)
+        self._refusals_logged = set(refused)
+        return CronPass(synced, removed, created, refused)

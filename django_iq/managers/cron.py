@@ -3,6 +3,7 @@ comes), operators' edits, run now."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -14,8 +15,16 @@ from django.utils import timezone
 from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
+from django_iq.exceptions import InvalidSchedule
+from django_iq.limits import END_REASON_MAX_CHARS
 from django_iq.options import JobCatalog
-from django_iq.schedule import every_seconds_of, next_fire_time, next_interval_time
+from django_iq.schedule import (
+    every_seconds_of,
+    next_fire_time,
+    next_interval_time,
+    validate_at,
+    validate_declared_schedule,
+)
 from django_iq.states import WAITING, EntryState
 
 if TYPE_CHECKING:
@@ -28,13 +37,27 @@ if TYPE_CHECKING:
 SCHEDULE_FIELDS = ("schedule", "timezone", "every_seconds", "run_once_at")
 # Fields the waiting entry is built from: changing one replaces that entry.
 ENTRY_FIELDS = (*SCHEDULE_FIELDS, "job_name", "args", "kwargs", "queue", "priority")
+# How the reason begins when a declared cron job's declaration is refused.
+DECLARED_REFUSED = "DJANGO_IQ['CRON'] declares it with a schedule that cannot be used:"
+# A schedule starting afresh: not fired, not ended, no fire time computed yet.
+AFRESH = {"next_run_at": None, "fired_at": None, "ended_at": None, "end_reason": ""}
+
+# Logged under the name operators configure for cron: django_iq.cron.
+logger = logging.getLogger("django_iq.cron")
 
 
 def next_run_of(cron_job: CronJob, after: datetime) -> datetime | None:
     """The cron job's first fire time after ``after``: an interval's stays on the grid of its
-    last fire (``next_run_at``); a one-off's is its time until it fired, then None."""
+    last fire (``next_run_at``); a one-off's is its time until it fired, then None.
+
+    Raise ``InvalidSchedule`` if the schedule has no fire time to come (a row written before
+    schedules were checked, or by hand): a cron expression whose year ran out or that never
+    fires, a one-off time out of range.
+    """
     if cron_job.run_once_at is not None:
-        return None if cron_job.fired_at is not None else cron_job.run_once_at
+        if cron_job.fired_at is not None:
+            return None
+        return validate_at(cron_job.run_once_at)
     if cron_job.every_seconds is not None:
         return next_interval_time(cron_job.next_run_at, cron_job.every_seconds, after)
     return next_fire_time(cron_job.schedule, cron_job.timezone, after)
@@ -84,13 +107,28 @@ class CronJobManager(models.Manager["CronJob"]):
             )
 
     def sync_declared(
-        self, declared: dict[str, dict[str, Any]], jobs: JobCatalog
-    ) -> tuple[int, int]:
+        self, declared: dict[str, dict[str, Any]], jobs: JobCatalog, now: datetime | None = None
+    ) -> tuple[int, int, dict[str, str]]:
         """Make declared cron jobs match ``declared`` (``DJANGO_IQ["CRON"]``), with queues
-        defaulting to each job's own; return (created or changed, removed). Whether a job is
-        enabled is left to the operator. A changed schedule starts afresh (see ``reschedule``)."""
+        defaulting to each job's own; return (created or changed, removed, refused). Whether a
+        job is enabled is left to the operator. A changed schedule starts afresh (see
+        ``reschedule``).
+
+        A declared schedule that cannot be used (``manage.py check`` refuses it; a leader
+        started past the checks still gets here) is refused, by name with the reason, and the
+        other declared cron jobs are synced: its row, if one was stored, ends with the reason
+        (its waiting entry removed) until the declaration is fixed.
+        """
+        now = now or timezone.now()
         changed = 0
+        refused: dict[str, str] = {}
         for name, spec in declared.items():
+            try:
+                validate_declared_schedule(spec, now)
+            except InvalidSchedule as exc:
+                refused[name] = f"{DECLARED_REFUSED} {exc}"
+                self._refuse_declared(name, now, refused[name])
+                continue
             fields = {
                 **declared_fields(spec),
                 "job_name": spec["job"],
@@ -106,8 +144,14 @@ class CronJobManager(models.Manager["CronJob"]):
             if row is None:
                 self.create(name=name, **fields)
                 changed += 1
-            elif any(getattr(row, key) != value for key, value in fields.items()):
-                schedule_changed = any(getattr(row, key) != fields[key] for key in SCHEDULE_FIELDS)
+                continue
+            # A row ended because its declaration was refused is armed again once it is valid,
+            # even if it is declared as it was before.
+            was_refused = row.ended_at is not None and row.end_reason.startswith(DECLARED_REFUSED)
+            if was_refused or any(getattr(row, key) != value for key, value in fields.items()):
+                schedule_changed = was_refused or any(
+                    getattr(row, key) != fields[key] for key in SCHEDULE_FIELDS
+                )
                 for key, value in fields.items():
                     setattr(row, key, value)
                 if schedule_changed:
@@ -119,7 +163,15 @@ class CronJobManager(models.Manager["CronJob"]):
         stale = self.filter(is_declared=True).exclude(name__in=list(declared))
         iq.Entry.objects.filter(cron_job__in=stale, state=EntryState.INITIAL).delete()
         removed = stale.delete()[0]
-        return changed, removed
+        return changed, removed, refused
+
+    def _refuse_declared(self, name: str, now: datetime, reason: str) -> None:
+        """End the stored row of a declared cron job whose declaration is refused, removing
+        its waiting entry; a row already ended is left as it is."""
+        row = self.filter(name=name, is_declared=True, ended_at__isnull=True).first()
+        if row is not None:
+            iq.Entry.objects.filter(cron_job=row, state=EntryState.INITIAL).delete()
+            self._end(row, now, reason)
 
     def ensure_entries(self, now: datetime, jobs: JobCatalog) -> int:
         """Give every enabled cron job without an entry one, ``initial`` until its next fire
@@ -132,8 +184,10 @@ class CronJobManager(models.Manager["CronJob"]):
         created = 0
         waiting = (
             self.filter(is_enabled=True, entry__isnull=True)
-            # Done one-offs never fire again; future ones already show their time.
+            # Done one-offs and ended schedules never fire again; future one-offs already show
+            # their time.
             .exclude(run_once_at__isnull=False, fired_at__isnull=False)
+            .exclude(ended_at__isnull=False)
             .exclude(run_once_at__gt=now, next_run_at=F("run_once_at"))
         )
         for cron_job in waiting:
@@ -162,9 +216,13 @@ class CronJobManager(models.Manager["CronJob"]):
             if found is None:
                 return None
             cron_job = found
-        if not cron_job.is_enabled:
+        if not cron_job.is_enabled or cron_job.ended_at is not None:
             return None
-        run_at = next_run_of(cron_job, now)
+        try:
+            run_at = next_run_of(cron_job, now)
+        except InvalidSchedule as exc:
+            self._end(cron_job, now, str(exc))
+            return None
         if run_at is None:
             return None
         one_off = cron_job.run_once_at is not None
@@ -196,6 +254,20 @@ class CronJobManager(models.Manager["CronJob"]):
             self.filter(pk=cron_job.pk).update(next_run_at=run_at)
         signals.send(signals.entry_enqueued, iq.Entry, entry=entry)
         return entry
+
+    def _end(self, cron_job: CronJob, now: datetime, reason: str) -> None:
+        """End a cron job whose schedule has no fire time to come, saying why: it is done, as a
+        one-off that fired is, and stays as a record until its schedule is changed (which
+        starts it afresh) or it is deleted. Written in the caller's transaction (a worker's
+        success or failure write, the leader's fence), never raised into it; logged once, by
+        whoever ended it."""
+        reason = reason[:END_REASON_MAX_CHARS]
+        ended = self.filter(pk=cron_job.pk, ended_at__isnull=True).update(
+            ended_at=now, end_reason=reason, next_run_at=None
+        )
+        cron_job.ended_at, cron_job.end_reason, cron_job.next_run_at = now, reason, None
+        if ended:
+            logger.warning("cron job ended name=%s: %s", cron_job.name, reason)
 
     def _mark_fired(self, cron_job: CronJob, now: datetime) -> bool:
         """Mark a one-off fired, by compare-and-set: of two writers racing (a leader and run
@@ -229,7 +301,7 @@ class CronJobManager(models.Manager["CronJob"]):
             iq.Entry.objects.filter(cron_job=cron_job, state=EntryState.INITIAL).delete()
             if schedule_changed:
                 _start_afresh(cron_job)
-                self.filter(pk=cron_job.pk).update(next_run_at=None, fired_at=None)
+                self.filter(pk=cron_job.pk).update(**AFRESH)
             return self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name))
 
     def save_edited(
@@ -274,6 +346,7 @@ class CronJobManager(models.Manager["CronJob"]):
 
 
 def _start_afresh(cron_job: CronJob) -> None:
-    """A new schedule: an interval's grid starts again, a one-off may fire (at its new time)."""
-    cron_job.next_run_at = None
-    cron_job.fired_at = None
+    """A new schedule: an interval's grid starts again, a one-off may fire (at its new time),
+    an ended schedule is read again."""
+    for key, value in AFRESH.items():
+        setattr(cron_job, key, value)

@@ -4,6 +4,7 @@ fires, last run and outcome, a job switched off; in a bounded number of queries.
 
 from __future__ import annotations
 
+import html
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -120,15 +121,53 @@ def test_a_one_off_is_added_with_its_time_and_waits_for_it_without_an_entry(
 def test_bad_input_is_refused_with_the_reason_and_nothing_is_written(
     client: Client, changes: dict[str, str], field: str, message: str
 ) -> None:
+    assert refused(client, changes)[field] == [message]
+
+
+def refused(client: Client, changes: dict[str, str]) -> dict[str, list[str]]:
+    """Post the add form with ``changes``; check it is shown again (not a 500) and nothing was
+    written; return its errors by field."""
     QueueFactory(name="default")
     login_superuser(client)
 
     response = client.post(ADD_URL, form(**changes))
 
     assert response.status_code == 200
-    assert form_errors(response)[field] == [message]
     assert not CronJob.objects.exists() and not Entry.objects.exists()
     assert not OperatorAction.objects.exists()
+    return form_errors(response)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "fragment"),
+    [
+        ({"schedule": "0 0 30 2 *"}, "schedule", "'0 0 30 2 *' has no fire time after "),
+        (
+            {"schedule": "0 9 * * 1-5 0 2026"},
+            "schedule",
+            "is not a valid cron expression; use five",
+        ),
+        ({"schedule": "* * * * * *"}, "schedule", "is not a valid cron expression; use five"),
+        ({"schedule": "@daily"}, "schedule", "is not a valid cron expression; use five"),
+        (
+            {"schedule": "", "run_once_at_0": "0001-01-01", "run_once_at_1": "09:00:00"},
+            "run_once_at",
+            "is out of range; a run may be set from 1900-01-01 to 9000-01-01 UTC.",
+        ),
+        (
+            {"schedule": "", "run_once_at_0": "9999-12-31", "run_once_at_1": "09:00:00"},
+            "run_once_at",
+            "is out of range; a run may be set from 1900-01-01 to 9000-01-01 UTC.",
+        ),
+        ({"args": "[" * 100_000 + "]" * 100_000}, "args", "nested too deeply"),
+        ({"kwargs": '{"n": ' + "9" * 5000 + "}"}, "kwargs", "Enter valid JSON: Exceeds the limit"),
+    ],
+)
+def test_a_schedule_with_no_fire_time_and_unreadable_arguments_are_refused_not_a_500(
+    client: Client, changes: dict[str, str], field: str, fragment: str
+) -> None:
+    (error,) = refused(client, changes)[field]
+    assert fragment in error
 
 
 def test_editing_an_interval_re_times_its_waiting_entry_and_is_audited(client: Client) -> None:
@@ -271,3 +310,22 @@ def test_a_declared_interval_stays_as_declared_whatever_is_posted(client: Client
     assert 'name="every_seconds"' not in page.content.decode()
     stored = CronJob.objects.get(pk=cron_job.pk)
     assert (stored.schedule, stored.every_seconds) == ("", 60)
+
+
+def test_an_ended_schedule_is_listed_done_with_its_reason_on_the_list_and_its_page(
+    client: Client,
+) -> None:
+    QueueFactory(name="default")
+    cron_job = CronJobFactory(name="never")
+    CronJob.objects.filter(pk=cron_job.pk).update(schedule="0 0 30 2 *")
+    CronJob.objects.reschedule(CronJob.objects.get(pk=cron_job.pk), catalog)
+    cron_job.refresh_from_db()
+    login_superuser(client)
+
+    response = client.get(changelist_url(CronJob))
+    page = client.get(change_url(cron_job)).content.decode()
+
+    assert cron_job.end_reason.startswith("'0 0 30 2 *' has no fire time after ")
+    assert column(response, "status") == ["done"]
+    assert column(response, "next_run") == [f"ended: {cron_job.end_reason}"]
+    assert html.escape(cron_job.end_reason) in page and not Entry.objects.exists()

@@ -552,6 +552,34 @@ def test_e015_intervals_and_one_off_times_must_be_valid(
         ]
 
 
+@pytest.mark.parametrize(
+    ("schedule", "problem"),
+    [
+        ({"schedule": "0 0 30 2 *"}, "'0 0 30 2 *' has no fire time after "),
+        ({"schedule": "0 9 * * 1-5 0 2026"}, "is not a valid cron expression; use five fields"),
+        ({"schedule": "* * * * * *"}, "is not a valid cron expression; use five fields"),
+        ({"schedule": "@hourly"}, "is not a valid cron expression; use five fields"),
+        (
+            {"at": datetime(1, 1, 1, tzinfo=UTC)},
+            "at (0001-01-01T00:00:00+00:00) is out of range; a run may be set from 1900-01-01 "
+            "to 9000-01-01 UTC.",
+        ),
+        (
+            {"at": datetime(9999, 12, 31, tzinfo=UTC)},
+            "at (9999-12-31T00:00:00+00:00) is out of range; a run may be set from 1900-01-01 "
+            "to 9000-01-01 UTC.",
+        ),
+    ],
+)
+def test_e015_a_schedule_must_be_five_fields_with_a_fire_time_and_a_time_runs_may_have(
+    schedule: dict[str, Any], problem: str
+) -> None:
+    with iq(CRON={"nightly": {"job": "tests.testapp.jobs.noop", **schedule}}):
+        (error,) = check_leader_settings()
+    assert error.id == "django_iq.E015"
+    assert error.msg.startswith("DJANGO_IQ['CRON']['nightly']: ") and problem in error.msg
+
+
 @iq(
     CRON={
         "nightly": {

@@ -34,7 +34,7 @@ CRON_TOKEN = "cron-tick"
 CRON_ENV = {
     "DJANGO_IQ_TEST_CRON": "1",
     "DJANGO_IQ_TEST_CRON_JOB": "tests.testapp.jobs.recorded",
-    "DJANGO_IQ_TEST_CRON_SCHEDULE": "* * * * * *",
+    "DJANGO_IQ_TEST_CRON_EVERY": "1",
     "DJANGO_IQ_TEST_CRON_ARGS": f'["{CRON_TOKEN}"]',
     "DJANGO_IQ_TEST_CRON_KWARGS": '{"seconds": 0.5}',
 }

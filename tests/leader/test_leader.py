@@ -12,7 +12,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_iq import operations
-from django_iq.duties import CronDuty, PromotionDuty, PruningDuty, RecoveryDuty
+from django_iq.duties import CronDuty, Fence, PromotionDuty, PruningDuty, RecoveryDuty
 from django_iq.exceptions import LeadershipLost
 from django_iq.leader import Leader
 from django_iq.models import (
@@ -427,3 +427,50 @@ def test_the_fence_bounds_lock_waits_and_idleness_and_on_postgresql_only_its_tra
     else:
         # MariaDB's session variables (no transaction-local form), set again in each fence.
         assert inside == after == ("1", "3")
+
+
+class BrokenDuty:
+    """A duty that raises on every pass until it is mended."""
+
+    name = "broken"
+    interval_seconds = 0.0
+
+    def __init__(self) -> None:
+        self.mended = False
+
+    def run_once(self, now: datetime, fence: Fence) -> str:
+        if not self.mended:
+            raise RuntimeError("this duty cannot run")
+        return "ran"
+
+
+@settings_with(CRON=CRON)
+def test_a_failing_duty_is_logged_at_most_once_a_minute_and_the_duties_after_it_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = BrokenDuty()
+    leader = Leader(name="a", duties=[broken, CronDuty()], lease_seconds=30)
+    start = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
+    passes = []
+
+    with caplog.at_level(logging.INFO, logger="django_iq.leader"):
+        for second in (0, 1, 2, 30, 59, 60, 61):
+            leader._last_run.clear()
+            passes.append(leader.run_once(start + timedelta(seconds=second)))
+        broken.mended = True
+        leader._last_run.clear()
+        mended = leader.run_once(start + timedelta(seconds=62))
+
+    assert all(p.is_leader and isinstance(p.failed["broken"], RuntimeError) for p in passes)
+    assert all("cron" in p.ran for p in passes), "the cron duty ran in every pass"
+    assert Entry.objects.filter(cron_job__name="tick").count() == 1
+    failures = [r for r in caplog.records if "leader duty failed" in r.getMessage()]
+    assert [r.getMessage() for r in failures] == [
+        f"leader duty failed name={leader.name} duty=broken",
+        f"leader duty failed name={leader.name} duty=broken (4 more failures since the last "
+        "report)",
+    ]
+    assert all(r.exc_info and "this duty cannot run" in str(r.exc_info[1]) for r in failures)
+    assert mended.ran["broken"] == "ran" and not mended.failed
+    recovered = f"leader duty recovered name={leader.name} duty=broken"
+    assert any(recovered == r.getMessage() for r in caplog.records)

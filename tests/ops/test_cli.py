@@ -840,6 +840,22 @@ def test_cron_list_shows_intervals_one_offs_a_disabled_job_and_the_last_outcome(
     assert lines[2].split()[-6:] == ["default", "done", "-", "-", "-", "succeeded"]
 
 
+def test_cron_list_shows_an_ended_schedule_as_done_with_its_reason() -> None:
+    reason = "'0 0 30 2 *' has no fire time after 2026-05-01 12:00:00 UTC."
+    cron_job = CronJobFactory(name="never", schedule="0 3 * * *")
+    CronJob.objects.filter(pk=cron_job.pk).update(
+        schedule="0 0 30 2 *", ended_at=datetime(2026, 5, 1, 12, tzinfo=UTC), end_reason=reason
+    )
+
+    lines = run("iq_cron", "list").splitlines()
+    document = json.loads(run("iq_cron", "list", "--json"))
+
+    assert f"  done    -      ended: {reason}  -" in lines[1], lines[1]
+    (row,) = document["cron_jobs"]
+    assert row["is_done"] and row["end_reason"] == reason
+    assert row["ended_at"] == "2026-05-01T12:00:00Z"
+
+
 def test_cron_list_json_matches_the_database() -> None:
     nightly = CronJobFactory(name="nightly")
     CronJob.objects.schedule_next(nightly, timezone.now(), max_attempts=3)
@@ -864,6 +880,8 @@ def test_cron_list_json_matches_the_database() -> None:
         "entry_state": "initial",
         "next_run_at": row["next_run_at"],
         "fired_at": None,
+        "ended_at": None,
+        "end_reason": None,
         "last_run_at": None,
         "last_outcome": None,
         "last_entry_id": None,

@@ -79,6 +79,8 @@ class Command(BaseCommand):
                     "entry_state": entry_state[c.pk],
                     "next_run_at": c.next_run_at,
                     "fired_at": c.fired_at,
+                    "ended_at": c.ended_at,
+                    "end_reason": c.end_reason or None,
                     "last_run_at": c.last_run_at,
                     "last_outcome": c.last_outcome or None,
                     "last_entry_id": c.last_entry_id,
@@ -111,7 +113,11 @@ class Command(BaseCommand):
                 c.queue_id,
                 c.status(c.job_name in disabled_jobs),
                 entry_state[c.pk] or "-",
-                format_time(c.next_run_at) if c.next_run_at else "-",
+                f"ended: {c.end_reason}"
+                if c.ended_at
+                else format_time(c.next_run_at)
+                if c.next_run_at
+                else "-",
                 format_time(c.last_run_at) if c.last_run_at else "-",
                 c.last_outcome or "-",
             ]
