@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_iq', '0021_dashboard_series'),
+        ('django_iq', '0022_cron_ended'),
     ]
 
     operations = [
