@@ -56,8 +56,8 @@ class WorkerManager(models.Manager["Worker"]):
                     )
             except IntegrityError:
                 raise ProcessNameTaken(
-                    f"A running process is registered as {name!r}; a process is never "
-                    f"registered over it. Give this one another name."
+                    f"A running process is already registered as {name!r}; this one is "
+                    f"refused rather than take over its row and its claims."
                 ) from None
             self.using(db).filter(pk=worker.pk).update(started_at=Now(), heartbeat_at=Now())
         return worker

@@ -562,7 +562,9 @@ def test_registering_the_name_of_a_running_process_is_refused_and_leaves_it_alon
     EntryFactory()
     claim = claim_one(running)
 
-    with pytest.raises(ProcessNameTaken, match=r"^A running process is registered as 'host:1'"):
+    with pytest.raises(
+        ProcessNameTaken, match=r"^A running process is already registered as 'host:1'"
+    ):
         register()
 
     assert list(Worker.objects.live()) == [running]
