@@ -159,3 +159,7 @@ def test_an_over_long_node_name_standing_for_the_name_is_refused(
 
     longest = WorkerProcess(name="w" * MAX_NAME_LENGTH, instance="f" * 12)
     assert longest.name == f"{'w' * MAX_NAME_LENGTH}:{os.getpid()}:{'f' * 12}"
+    # The longest a name can be, a leader's with a 7-digit pid, fits its column.
+    leader = Leader(name="w" * MAX_NAME_LENGTH)
+    leader.name = leader.name.replace(f":{os.getpid()}:", ":4194304:")
+    assert Worker.objects.get(pk=leader.register().pk).name == leader.name
