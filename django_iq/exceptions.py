@@ -30,6 +30,17 @@ class QueueNotFound(IQError, LookupError):
     """A queue name is neither in the database nor declared in settings or by a job."""
 
 
+class InvalidProcessName(IQError, ValueError):
+    """A worker's or leader's ``name`` (``--name``), or the node name standing for it, is too
+    long to make the process's name from."""
+
+
+class ProcessNameTaken(IQError):
+    """A running process is already registered under the name a starting one would take. Names
+    carry a random part, so this is refused rather than ever resolved by replacing the running
+    process's row."""
+
+
 class LeadershipLost(IQError):
     """The leader's lease expired or was taken over; it must stop acting."""
 

@@ -19,7 +19,7 @@ from django_iq.dbconn import refresh_connections
 from django_iq.duties import Duty, default_duties
 from django_iq.exceptions import LeadershipLost
 from django_iq.models import LeaderLease, Worker
-from django_iq.process import EXIT_OK, IQProcess, host_name
+from django_iq.process import EXIT_OK, IQProcess, new_instance, process_name
 from django_iq.queries import bound_transaction
 from django_iq.registry import autodiscover
 
@@ -65,7 +65,9 @@ class Leader(IQProcess):
         lease_seconds: float | None = None,
         poll_seconds: float | None = None,
     ) -> None:
-        super().__init__(f"{name or host_name()}:{os.getpid()}:leader")
+        super().__init__(
+            process_name(name, pid=os.getpid(), instance=new_instance(), suffix=":leader")
+        )
         self.duties = list(duties) if duties is not None else default_duties()
         self.lease_seconds = lease_seconds or iq_settings.LEADER_LEASE_SECONDS
         self.poll_seconds = poll_seconds or iq_settings.LEADER_POLL_SECONDS

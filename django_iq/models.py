@@ -326,6 +326,8 @@ class Worker(models.Model):
         WORKER = "worker", "worker"
         LEADER = "leader", "leader"
 
+    # ``<--name or node name>:<pid>:<random part>`` (a leader's with ":leader"): unique by
+    # construction, so processes of one name and pid (each PID 1 in a container) never share it.
     name = models.CharField(max_length=200, unique=True)
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.WORKER)
     host = models.CharField(max_length=255)

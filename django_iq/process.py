@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import threading
@@ -20,6 +21,7 @@ from typing import Any, ClassVar
 from django.db import InterfaceError, OperationalError, connections
 
 from django_iq.dbconn import refresh_connections, with_db_retry
+from django_iq.exceptions import InvalidProcessName
 from django_iq.models import Worker
 
 logger = logging.getLogger(__name__)
@@ -39,10 +41,44 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SAME_STOP_REQUEST_SECONDS = 1.0
 
 
+# The longest ``--name`` (or node name standing for it): a process's name adds ":<pid>:" and
+# its random part, a leader's ":leader" too, within the 200 characters of ``Worker.name``.
+MAX_NAME_LENGTH = 150
+# The random part of a process's name, in bytes (twice as many hex digits).
+INSTANCE_BYTES = 6
+
+
 def host_name() -> str:
     """The node this process runs on, as workers report it and per-node caps count it: the
     ``DJANGO_IQ_HOST_NAME`` environment variable, else the machine's host name."""
     return os.environ.get("DJANGO_IQ_HOST_NAME") or socket.gethostname()
+
+
+def check_name(name: str | None) -> str:
+    """Return the prefix of a process's name: ``name``, or the node name when none is given.
+    Raise ``InvalidProcessName`` when it is longer than ``MAX_NAME_LENGTH`` characters."""
+    prefix = name or host_name()
+    if len(prefix) > MAX_NAME_LENGTH:
+        given = "name" if name else "node name (DJANGO_IQ_HOST_NAME or the host name)"
+        raise InvalidProcessName(
+            f"The {given} is {len(prefix)} characters long; at most {MAX_NAME_LENGTH} are "
+            f"allowed: {prefix[:40]!r}..."
+        )
+    return prefix
+
+
+def new_instance() -> str:
+    """A random part for a process's name: hex digits, new for every process."""
+    return secrets.token_hex(INSTANCE_BYTES)
+
+
+def process_name(name: str | None, *, pid: int, instance: str, suffix: str = "") -> str:
+    """A process's name: ``<name or node name>:<pid>:<instance><suffix>``.
+
+    The random ``instance`` makes it unique by construction: processes given the same name on
+    nodes of the same name, even with the same pid (each PID 1 in a container of its own), get
+    names, and so ``Worker`` rows, of their own."""
+    return f"{check_name(name)}:{pid}:{instance}{suffix}"
 
 
 class IQProcess:
@@ -111,6 +147,8 @@ class IQProcess:
         return self.worker
 
     def _register(self) -> Worker:
+        """Write the row under this process's name (``ProcessNameTaken`` if a running process
+        holds it; the stopped row this process left when declared dead is replaced)."""
         if self.role is None:
             raise TypeError(f"{type(self).__name__} keeps no Worker row")
         return Worker.objects.register(

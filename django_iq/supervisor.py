@@ -20,7 +20,10 @@ from django_iq.process import (
     EXIT_STUCK,
     STOP_SIGNALS,
     IQProcess,
+    check_name,
     host_name,
+    new_instance,
+    process_name,
 )
 from django_iq.worker import WorkerProcess
 
@@ -38,11 +41,14 @@ class Supervisor(IQProcess):
     """
 
     def __init__(self, *, processes: int, burst: bool, **worker_options: Any) -> None:
+        check_name(worker_options.get("name"))  # refused here, not in every child
         super().__init__(f"{host_name()}:{os.getpid()}:supervisor")
         self.processes = processes
         self.burst = burst
         self.worker_options = worker_options
         self.children: dict[int, BaseProcess] = {}
+        # Each child's name, made from the random part given to it, to mark it dead by.
+        self.child_names: dict[int, str] = {}
         self._context = multiprocessing.get_context("fork")
 
     def on_stop_request(self, signum: int) -> None:
@@ -62,13 +68,19 @@ class Supervisor(IQProcess):
         # only once its own handlers are in place (_child_main), and the parent handles a signal
         # that arrived meanwhile only after the new child is in ``children``, so it is passed on.
         connections.close_all()
+        instance = new_instance()
+        options = {**self.worker_options, "instance": instance}
         process = self._context.Process(
-            target=_child_main, args=(self.burst, self.worker_options), name=f"iq-worker-{index}"
+            target=_child_main, args=(self.burst, options), name=f"iq-worker-{index}"
         )
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             process.start()
             self.children[index] = process
+            if process.pid is not None:
+                self.child_names[index] = process_name(
+                    self.worker_options.get("name"), pid=process.pid, instance=instance
+                )
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
@@ -107,7 +119,7 @@ class Supervisor(IQProcess):
                     exit_code = max(exit_code, EXIT_OK if clean else EXIT_ABANDONED)
                     continue
                 restarts += 1
-                _mark_dead(child.pid)
+                _mark_dead(self.child_names.get(index))
                 logger.error(
                     "worker process crashed index=%s exitcode=%s; restarting"
                     if child.exitcode
@@ -135,13 +147,13 @@ def _child_main(burst: bool, worker_options: dict[str, Any]) -> None:
     raise SystemExit(process.run(install_signal_handlers=False))
 
 
-def _mark_dead(pid: int | None) -> None:
+def _mark_dead(name: str | None) -> None:
     """Tell recovery at once that a crashed child's locks are orphans (no heartbeat wait)."""
-    if pid is None:
+    if name is None:
         return
     try:
-        Worker.objects.mark_process_dead(host_name(), pid)
+        Worker.objects.mark_process_dead(name)
     except Exception:  # recovery still finds the child silent after WORKER_SILENT_AFTER_SECONDS
-        logger.exception("could not mark crashed worker dead pid=%s", pid)
+        logger.exception("could not mark crashed worker dead name=%s", name)
     finally:
         connections.close_all()

@@ -27,7 +27,8 @@ from django_iq.process import (
     EXIT_RECYCLE,
     EXIT_STUCK,
     IQProcess,
-    host_name,
+    new_instance,
+    process_name,
 )
 from django_iq.processing import Processor
 from django_iq.registry import autodiscover, registered_jobs
@@ -62,12 +63,16 @@ class WorkerProcess(IQProcess):
         job_names: Sequence[str] | None = None,
         max_jobs: int | None = None,
         max_memory_mb: int | None = None,
+        instance: str | None = None,
     ) -> None:
-        """``job_names``: the jobs to claim; by default every job registered in the process
-        once it has imported the job modules. ``max_jobs`` / ``max_memory_mb``: claim no more
-        than that many entries in all / nothing more once the process's resident memory
-        passes that many MiB, then finish the jobs in hand and exit with ``EXIT_RECYCLE``."""
-        super().__init__(f"{name or host_name()}:{os.getpid()}")
+        """``name``: the prefix of the process's name (default: the node name), at most
+        ``MAX_NAME_LENGTH`` characters (``InvalidProcessName``); the pid and ``instance``, a
+        random part (a new one by default), follow it. ``job_names``: the jobs to claim; by
+        default every job registered in the process once it has imported the job modules.
+        ``max_jobs`` / ``max_memory_mb``: claim no more than that many entries in all / nothing
+        more once the process's resident memory passes that many MiB, then finish the jobs in
+        hand and exit with ``EXIT_RECYCLE``."""
+        super().__init__(process_name(name, pid=os.getpid(), instance=instance or new_instance()))
         self.job_names: list[str] | None = sorted(job_names) if job_names is not None else None
         self.queues = list(queues) if queues else None
         self.processing_threads = processing_threads or iq_settings.PROCESSING_THREADS

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from django.db import connection
@@ -55,10 +56,13 @@ def manage(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 class Command:
     """A ``python -m django <args>`` subprocess whose output goes to a file that can be read live."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> None:
+        """``prefix``: a command that runs the process, as ``unshare ...`` does."""
         self.log = tempfile.NamedTemporaryFile("w+", prefix="iq-command-", suffix=".log")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "django", *args],
+            [*prefix, sys.executable, "-m", "django", *args],
             cwd=ROOT,
             env=env or command_env(),
             stdout=self.log,
@@ -130,8 +134,9 @@ def lease_holder() -> str:
 
 
 def pid_of(name: str) -> int:
-    """The process id in a leader's or worker's name (``host:pid:role``)."""
-    return int(name.split(":")[1])
+    """The process id in a worker's or leader's name (``<name>:<pid>:<random part>``, a
+    leader's with ``:leader`` after it)."""
+    return int(name.removesuffix(":leader").rsplit(":", 2)[1])
 
 
 def elect_one_of_two_leaders(env: dict[str, str] | None = None) -> tuple[Command, Command, str]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, models, router, transaction
+from django.db import IntegrityError, connections, models, router, transaction
 from django.db.models.functions import Now
 
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
+from django_iq.exceptions import ProcessNameTaken
 from django_iq.queries import db_now_plus
 
 if TYPE_CHECKING:
@@ -32,19 +33,33 @@ class WorkerManager(models.Manager["Worker"]):
         processing_threads: int,
         job_names: list[str] | None = None,
     ) -> Worker:
-        """Record a starting process; a stale row of the same name is replaced. ``job_names``:
-        the jobs registered in a worker process (what it claims)."""
-        self.filter(name=name).delete()
-        worker = self.create(
-            name=name,
-            role=role,
-            host=host,
-            pid=pid,
-            queues=queues,
-            processing_threads=processing_threads,
-            job_names=sorted(job_names or []),
-        )
-        self.filter(pk=worker.pk).update(started_at=Now(), heartbeat_at=Now())
+        """Record a starting process under its unique ``name``. ``job_names``: the jobs
+        registered in a worker process (what it claims).
+
+        A stopped row of that name (the one a process left when it was declared dead, before
+        it registers again) is replaced. A running row is never touched: the name is refused
+        with ``ProcessNameTaken``, since deleting it would orphan a live process's claims.
+        """
+        db = router.db_for_write(self.model)
+        with transaction.atomic(using=db):
+            self.using(db).filter(name=name, stopped_at__isnull=False).delete()
+            try:
+                with transaction.atomic(using=db):
+                    worker = self.using(db).create(
+                        name=name,
+                        role=role,
+                        host=host,
+                        pid=pid,
+                        queues=queues,
+                        processing_threads=processing_threads,
+                        job_names=sorted(job_names or []),
+                    )
+            except IntegrityError:
+                raise ProcessNameTaken(
+                    f"A running process is already registered as {name!r}; this one is "
+                    f"refused rather than take over its row and its claims."
+                ) from None
+            self.using(db).filter(pk=worker.pk).update(started_at=Now(), heartbeat_at=Now())
         return worker
 
     def heartbeat(
@@ -124,9 +139,10 @@ class WorkerManager(models.Manager["Worker"]):
             iq.GroupLock.objects.filter(worker_id__in=ids).update(worker=None)
         return len(ids)
 
-    def mark_process_dead(self, host: str, pid: int) -> int:
-        """Mark the worker of a process known to have died (its supervisor saw it exit)."""
-        return self.mark_stopped(self.filter(host=host, pid=pid), died=True)
+    def mark_process_dead(self, name: str) -> int:
+        """Mark the worker of a process known to have died (its supervisor saw it exit), found
+        by its unique name: host and pid alone are shared by processes in containers."""
+        return self.mark_stopped(self.filter(name=name), died=True)
 
     def silent(self, silent_after_seconds: float) -> models.QuerySet[Worker]:
         """Running workers whose last heartbeat is older than ``silent_after_seconds``."""

@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease
+from django_iq.models import CronJob, Entry, EntryError, GroupLock, LeaderLease, Worker
 from tests.conftest import wait_until
 from tests.processes import (
     command_env,
@@ -145,6 +146,13 @@ def test_an_entry_that_keeps_killing_its_worker_decays_and_finally_fails() -> No
     ]
     assert JobRun.objects.filter(token__startswith="kill:").count() == 3
     assert not Entry.objects.exists()
+    # The supervisor marked each crashed child dead by its name as it saw it exit, sooner than
+    # recovery would have found it silent.
+    killed = Worker.objects.filter(
+        pid__in=JobRun.objects.filter(token__startswith="kill:").values("pid")
+    )
+    assert len(killed) == 3 and all(w.died for w in killed)
+    assert all(w.stopped_at - w.heartbeat_at < timedelta(seconds=2) for w in killed)
     for command in (workers, leader):
         command.send_signal(signal.SIGTERM)
         assert command.finish(60)[0] == 0
@@ -164,6 +172,13 @@ def test_bad_options_are_refused_with_a_clear_message(option: list[str], message
     result = manage("runleader", *option)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_an_over_long_name_is_refused_before_anything_is_written() -> None:
+    with pytest.raises(CommandError, match=r"^--name: The name is 300 characters long; at most"):
+        call_command("runleader", "--name", "x" * 300)
+
+    assert not Worker.objects.exists() and not LeaderLease.objects.exists()
 
 
 @pytest.mark.skipif(

@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 
-from django_iq.models import Entry, GroupLock, Worker
+from django_iq.models import Entry, GroupLock, Queue, Worker
 from django_iq.process import SAME_STOP_REQUEST_SECONDS
 from tests.conftest import wait_until
 from tests.processes import finish, manage, start_command
@@ -123,6 +124,15 @@ def test_bad_options_are_refused_with_a_clear_message(option: list[str], message
     result = manage("runworker", "--burst", *option)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_an_over_long_name_is_refused_before_anything_is_written() -> None:
+    Queue.objects.all().delete()
+
+    with pytest.raises(CommandError, match=r"^--name: The name is 300 characters long; at most"):
+        call_command("runworker", "--burst", "--queues", "emails", "--name", "x" * 300)
+
+    assert not Queue.objects.exists() and not Worker.objects.exists()
 
 
 def test_worker_processes_use_their_own_pids() -> None:

@@ -12,7 +12,7 @@ from django_iq.duties import RecoveryDuty
 from django_iq.leader import Leader
 from django_iq.models import Entry, RunOutcome, Worker
 from tests.conftest import wait_until
-from tests.processes import finish, start_command
+from tests.processes import finish, pid_of, start_command
 from tests.testapp.jobs import record, wait_for_file
 from tests.testapp.models import JobRun
 
@@ -33,7 +33,7 @@ def test_each_run_of_several_workers_leaves_one_record_naming_its_process() -> N
     assert len(outcomes) == 300
     for token, status, worker_name in outcomes:
         assert status == "succeeded"
-        assert worker_name.endswith(f":{ran_in[token]}"), (token, worker_name)
+        assert pid_of(worker_name) == ran_in[token], (token, worker_name)
     assert len(set(ran_in.values())) >= 2
     assert not Entry.objects.exists()
 
@@ -64,7 +64,7 @@ def test_a_run_lost_with_its_killed_worker_is_recorded_as_failed_by_recovery(
     lost = RunOutcome.objects.get()
     assert (lost.entry_id, lost.status, lost.attempt) == (entry.pk, "failed", 1)
     assert lost.exception_class == "django_iq.exceptions.WorkerLost"
-    assert lost.worker_name == dead.name and dead.name.endswith(f":{started.pid}")
+    assert lost.worker_name == dead.name and pid_of(dead.name) == started.pid
     assert f"Worker {dead.name} was found dead" in lost.traceback
     assert lost.started_at is not None and lost.started_at <= lost.finished_at
     assert not JobRun.objects.filter(token="lost").exists(), "the killed run never finished"
@@ -75,5 +75,5 @@ def test_a_run_lost_with_its_killed_worker_is_recorded_as_failed_by_recovery(
     assert code == 0, output[-3000:]
     second = RunOutcome.objects.get(attempt=2)
     finished = JobRun.objects.get(token="lost")
-    assert second.status == "succeeded" and second.worker_name.endswith(f":{finished.pid}")
+    assert second.status == "succeeded" and pid_of(second.worker_name) == finished.pid
     assert second.worker_name != dead.name

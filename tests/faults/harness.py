@@ -21,7 +21,7 @@ from django.db import connection, connections, transaction
 
 from django_iq.models import Entry, EntryError, GroupLock, Worker
 from tests.conftest import wait_until
-from tests.processes import Command, command_env, start_command
+from tests.processes import Command, command_env, pid_of, start_command
 from tests.testapp.models import RecordedRun
 
 INF = float("inf")
@@ -70,9 +70,12 @@ def recorded_runs(using: str = "default") -> list[Run]:
     failures: dict[tuple[str, int], list[float]] = defaultdict(list)
     for error in EntryError.objects.using(using).exclude(worker_name=""):
         token = error.args[0] if isinstance(error.args, list) and error.args else None
-        pid = error.worker_name.rsplit(":", 1)[-1]
-        if isinstance(token, str) and pid.isdigit():
-            failures[(token, int(pid))].append(error.failed_at.timestamp())
+        try:
+            pid = pid_of(error.worker_name)
+        except (IndexError, ValueError):  # not a process's name
+            continue
+        if isinstance(token, str):
+            failures[(token, pid)].append(error.failed_at.timestamp())
     runs = []
     for r in RecordedRun.objects.using(using).order_by("started_at"):
         end = r.finished_at

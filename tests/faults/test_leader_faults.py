@@ -27,7 +27,7 @@ from tests.faults.harness import (
     wait_for_no_locks,
 )
 from tests.faults.test_process_faults import enqueue, live_workers
-from tests.processes import Command
+from tests.processes import Command, pid_of
 
 CRON_TOKEN = "cron-tick"
 # The cron job fires every second and runs half a second.
@@ -44,7 +44,7 @@ def active(leaders: list[Command]) -> Command | None:
     lease = LeaderLease.objects.filter(expires_at__gt=timezone.now()).first()
     if lease is None:
         return None
-    return next((c for c in leaders if lease.holder.endswith(f":{c.pid}:leader")), None)
+    return next((c for c in leaders if pid_of(lease.holder) == c.pid), None)
 
 
 def test_the_active_leader_killed_during_its_duties_a_standby_takes_over(

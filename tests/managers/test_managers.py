@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_iq.exceptions import QueueNotFound
+from django_iq.exceptions import ProcessNameTaken, QueueNotFound
 from django_iq.managers import Claim
 from django_iq.models import DisabledJob, Entry, EntryError, GroupLock, Queue, Worker
 from tests.conftest import iq_settings_with
@@ -547,13 +547,40 @@ def test_register_records_the_process() -> None:
     assert list(Worker.objects.live()) == [stored]
 
 
-def test_registering_a_name_again_replaces_the_stale_row() -> None:
+def test_registering_a_name_again_replaces_its_stopped_row() -> None:
     old = register()
+    Worker.objects.mark_stopped(Worker.objects.filter(pk=old.pk), died=True)
 
     new = register()
 
     assert list(Worker.objects.values_list("pk", flat=True)) == [new.pk]
-    assert new.pk != old.pk
+    assert new.pk != old.pk and new.stopped_at is None
+
+
+def test_registering_the_name_of_a_running_process_is_refused_and_leaves_it_alone() -> None:
+    running = register()
+    EntryFactory()
+    claim = claim_one(running)
+
+    with pytest.raises(
+        ProcessNameTaken, match=r"^A running process is already registered as 'host:1'"
+    ):
+        register()
+
+    assert list(Worker.objects.live()) == [running]
+    assert GroupLock.objects.get(pk=claim.lock_id).worker_id == running.pk
+
+
+def test_a_dead_process_is_marked_by_its_name_not_by_a_host_and_pid_it_shares() -> None:
+    # Two containers with one host name, each worker PID 1 in its own.
+    crashed = register("node:1:aaaaaaaaaaaa")
+    other = register("node:1:bbbbbbbbbbbb")
+    assert (crashed.host, crashed.pid) == (other.host, other.pid)
+
+    assert Worker.objects.mark_process_dead(crashed.name) == 1
+
+    assert Worker.objects.get(pk=crashed.pk).died
+    assert list(Worker.objects.live()) == [other]
 
 
 def test_heartbeat_records_load_and_held_locks() -> None:

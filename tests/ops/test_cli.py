@@ -281,8 +281,12 @@ def test_the_example_of_docs_reference_cli_is_what_iq_status_prints(
     QueueFactory(name="emails")
     QueueFactory(name="reports", is_paused=True)
     workers = [
-        WorkerFactory(name="web1:4242", busy_threads=4, cpu_percent=71, memory_percent=38),
-        WorkerFactory(name="web2:4310", busy_threads=4, cpu_percent=93, memory_percent=41),
+        WorkerFactory(
+            name="web1:4242:5f0c3a9e1b2d", busy_threads=4, cpu_percent=71, memory_percent=38
+        ),
+        WorkerFactory(
+            name="web2:4310:a71e04c6d8b3", busy_threads=4, cpu_percent=93, memory_percent=41
+        ),
     ]
     EntryFactory.create_batch(2, deferred=True)
     for index in range(8):
@@ -294,18 +298,24 @@ def test_the_example_of_docs_reference_cli_is_what_iq_status_prints(
     EntryFactory.create_batch(37, queue__name="reports", enqueued_at=ago(3900))
     EntryErrorFactory.create_batch(3)
     QueueTotal.objects.create(queue="default", merged=120)
-    Worker.objects.filter(name="web1:4242").update(heartbeat_at=ago(1))
-    Worker.objects.filter(name="web2:4310").update(heartbeat_at=ago(2), is_throttled=True)
+    Worker.objects.filter(name="web1:4242:5f0c3a9e1b2d").update(heartbeat_at=ago(1))
+    Worker.objects.filter(name="web2:4310:a71e04c6d8b3").update(
+        heartbeat_at=ago(2), is_throttled=True
+    )
     WorkerFactory(
-        name="web1:4250:leader",
+        name="web1:4250:0d3b6f2a91c4:leader",
         role="leader",
         processing_threads=0,
         cpu_percent=2,
         memory_percent=5,
         heartbeat_at=now,
     )
-    WorkerFactory(name="web3:977", cpu_percent=12, memory_percent=20, heartbeat_at=ago(252))
-    LeaderLeaseFactory(holder="web1:4250:leader", epoch=12, expires_at=now + timedelta(seconds=13))
+    WorkerFactory(
+        name="web3:977:3c9d2e7f10a5", cpu_percent=12, memory_percent=20, heartbeat_at=ago(252)
+    )
+    LeaderLeaseFactory(
+        holder="web1:4250:0d3b6f2a91c4:leader", epoch=12, expires_at=now + timedelta(seconds=13)
+    )
     monkeypatch.setattr(iq_status, "read_snapshot", functools.partial(read_snapshot, now=now))
 
     # The default silence (30 s), not the tests' 3 s: building 455 entries may take seconds.

@@ -360,7 +360,7 @@ def test_workers_are_listed_live_first_with_their_load() -> None:
     stopped = WorkerFactory(name="stopped")
     Worker.objects.stop(stopped)
     found_dead = WorkerFactory(name="found-dead", host="h", pid=77)
-    Worker.objects.mark_process_dead("h", 77)
+    Worker.objects.mark_process_dead(found_dead.name)
 
     data = dashboard_data(now)
 

@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 
 from django_iq import process as process_module
+from django_iq.exceptions import InvalidProcessName
+from django_iq.leader import Leader
 from django_iq.models import Worker
-from django_iq.process import SAME_STOP_REQUEST_SECONDS, IQProcess
+from django_iq.process import MAX_NAME_LENGTH, SAME_STOP_REQUEST_SECONDS, IQProcess
 from django_iq.supervisor import Supervisor
+from django_iq.worker import WorkerProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,3 +117,49 @@ def test_a_process_without_a_role_keeps_no_row() -> None:
         supervisor._register()
 
     assert not Worker.objects.exists()
+
+
+def test_processes_given_one_name_in_one_process_register_rows_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One pid and one node name for all four: what separates them is the random part alone,
+    # as for workers that are each PID 1 in a container of their own.
+    monkeypatch.setenv("DJANGO_IQ_HOST_NAME", "node")
+    processes = [WorkerProcess(name="w"), WorkerProcess(name="w"), Leader(name="w"), Leader()]
+    for process in processes:
+        process.register()
+
+    names = [process.name for process in processes]
+    assert len(set(names)) == 4, names
+    assert all(name.startswith(f"w:{os.getpid()}:") for name in names[:3])
+    assert names[3].startswith(f"node:{os.getpid()}:") and names[3].endswith(":leader")
+    rows = Worker.objects.live().order_by("pk")
+    assert list(rows.values_list("name", "host", "pid")) == [
+        (name, "node", os.getpid()) for name in names
+    ]
+
+
+@pytest.mark.parametrize("make", [WorkerProcess, Leader, Supervisor], ids=lambda m: m.__name__)
+def test_an_over_long_name_is_refused_before_anything_is_written(make: Any) -> None:
+    options = {"processes": 1, "burst": True} if make is Supervisor else {}
+
+    with pytest.raises(InvalidProcessName, match=r"^The name is 300 characters long; at most 150"):
+        make(name="x" * 300, **options)
+
+    assert not Worker.objects.exists()
+
+
+def test_an_over_long_node_name_standing_for_the_name_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DJANGO_IQ_HOST_NAME", "n" * (MAX_NAME_LENGTH + 1))
+
+    with pytest.raises(InvalidProcessName, match=r"^The node name \(DJANGO_IQ_HOST_NAME"):
+        WorkerProcess()
+
+    longest = WorkerProcess(name="w" * MAX_NAME_LENGTH, instance="f" * 12)
+    assert longest.name == f"{'w' * MAX_NAME_LENGTH}:{os.getpid()}:{'f' * 12}"
+    # The longest a name can be, a leader's with a 7-digit pid, fits its column.
+    leader = Leader(name="w" * MAX_NAME_LENGTH)
+    leader.name = leader.name.replace(f":{os.getpid()}:", ":4194304:")
+    assert Worker.objects.get(pk=leader.register().pk).name == leader.name

@@ -6,11 +6,13 @@ import argparse
 import logging
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from django_iq.exceptions import InvalidProcessName
 from django_iq.leader import Leader
 from django_iq.management.argtypes import seconds
 from django_iq.management.logconfig import configure_logging
+from django_iq.process import MAX_NAME_LENGTH, check_name
 
 
 class Command(BaseCommand):
@@ -18,7 +20,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--name", help="Node name prefix (default: host name); the pid is appended."
+            "--name",
+            help=f"Prefix of the process's name (default: the node name), at most "
+            f"{MAX_NAME_LENGTH} characters; the pid, a random part and ':leader' are appended.",
         )
         parser.add_argument(
             "--lease-seconds", type=seconds(1, 3600), help="Leadership lease length (1 to 3600)."
@@ -30,6 +34,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            check_name(options["name"])
+        except InvalidProcessName as exc:
+            raise CommandError(f"--name: {exc}") from None
         if options["verbosity"] >= 1:
             configure_logging(logging.DEBUG if options["verbosity"] >= 3 else logging.INFO)
         leader = Leader(

@@ -10,10 +10,11 @@ from django.core import checks
 from django.core.management.base import BaseCommand, CommandError
 from django.db import router
 
-from django_iq.exceptions import QueueNotFound
+from django_iq.exceptions import InvalidProcessName, QueueNotFound
 from django_iq.management.argtypes import seconds, whole
 from django_iq.management.logconfig import configure_logging
 from django_iq.models import Entry, Queue
+from django_iq.process import MAX_NAME_LENGTH, check_name
 from django_iq.registry import catalog
 from django_iq.reloading import run_with_reload
 from django_iq.supervisor import run_supervisor
@@ -43,7 +44,9 @@ class Command(BaseCommand):
             "--processes or recycling.",
         )
         parser.add_argument(
-            "--name", help="Node name prefix (default: host name); the pid is appended."
+            "--name",
+            help=f"Prefix of the process's name (default: the node name), at most "
+            f"{MAX_NAME_LENGTH} characters; the pid and a random part are appended.",
         )
         parser.add_argument(
             "--max-jobs-per-child",
@@ -64,6 +67,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            check_name(options["name"])
+        except InvalidProcessName as exc:
+            raise CommandError(f"--name: {exc}") from None
         queues = [q.strip() for q in (options["queues"] or "").split(",") if q.strip()] or None
         if options["queues"] is not None and not queues:
             raise CommandError("--queues needs at least one queue name.")
