@@ -21,6 +21,9 @@ MAX_EXACT_FLOAT = float(2**53)
 # Lists and dicts inside one argument: MariaDB's JSON functions refuse a document nested more
 # than 32 levels, and the stored ``args`` list is one level itself.
 MAX_ARGUMENT_DEPTH = 30
+# Lists and dicts inside a return value: the same 32 levels of MariaDB, with room for nothing
+# else (the value is the whole document). PostgreSQL's jsonb and Python's json go far deeper.
+MAX_RETURN_DEPTH = 30
 # max_attempts: a PositiveIntegerField holds 2**31 - 1; nobody retries more than this.
 MAX_ATTEMPTS_LIMIT = 100_000
 # Backoff options and settings, in seconds: a year.
@@ -51,12 +54,41 @@ def cut_traceback(text: str) -> str:
     return TRUNCATED_MARK + text[len(text) - limit + len(TRUNCATED_MARK) :]
 
 
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or, when that raises (a broken ``__str__``, one returning no text), a
+    placeholder saying why: a failure must be recorded whatever its exception does."""
+    try:
+        text = str(exc)
+    except Exception as error:  # the exception's own code: anything may go wrong in it
+        return f"<exception text could not be read: {type(error).__name__}: {_safe(error)}>"
+    if not isinstance(text, str):  # a str subclass whose __str__ misbehaves
+        return "<exception text could not be read: not a string>"
+    return text
+
+
+def _safe(error: BaseException) -> str:
+    try:
+        return str(error)[:200]
+    except Exception:  # the placeholder's own detail is not worth a second failure
+        return "?"
+
+
+def exception_class_name(exc: BaseException) -> str:
+    """The dotted name ``exc``'s class is recorded under."""
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def format_failure(exc: BaseException) -> tuple[str, str]:
     """The message and traceback of ``exc`` as stored and logged, each within its limit; a long
-    message is cut inside the traceback too, so the frames above it are kept."""
-    message = str(exc)
+    message is cut inside the traceback too, so the frames above it are kept. An exception
+    whose text cannot be read gets a placeholder (see ``exception_text``) in both."""
+    message = exception_text(exc)
     short = cut_message(message)
-    text = "".join(tb.format_exception(exc))
+    try:
+        text = "".join(tb.format_exception(exc))
+    except Exception:  # the traceback module calls the exception's code too (notes, repr)
+        text = f"{exception_class_name(exc)}: {message}\n"
     if short != message:
         text = text.replace(message, short)
     return short, cut_traceback(text)
