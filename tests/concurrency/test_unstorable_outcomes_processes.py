@@ -15,7 +15,12 @@ from django.db import connection
 from django_iq.managers.records import NOT_KEPT_KEY
 from django_iq.models import Entry, EntryError, GroupLock, RunOutcome
 from tests.faults.harness import start_leader, start_worker, stop_all
-from tests.testapp.jobs import UNSTORABLE_RETURNS, raises_unreadable, returns_unstorable
+from tests.testapp.jobs import (
+    UNSTORABLE_RETURNS,
+    raises_recorded,
+    raises_unreadable,
+    returns_unstorable,
+)
 from tests.testapp.models import JobRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -72,7 +77,8 @@ def test_unstorable_outcomes_run_once_or_count_their_attempts() -> None:
 
 # A database that refuses a success for a reason of its own, as a constraint or a trigger of
 # the project's might: a trigger on the outcome records refuses a success whose return value
-# has the key "refused", and every success of the entry whose token is "refuse-all".
+# has the key "refused", and every success of the entry whose token is "refuse-all"; another
+# refuses an error record whose message has "refuse-record" in it.
 REFUSE_TRIGGER = {
     "postgresql": [
         """CREATE FUNCTION iq_test_refuse() RETURNS trigger AS $$ BEGIN
@@ -82,20 +88,34 @@ REFUSE_TRIGGER = {
             RETURN NEW; END $$ LANGUAGE plpgsql""",
         """CREATE TRIGGER iq_test_refuse BEFORE INSERT ON django_iq_runoutcome
             FOR EACH ROW EXECUTE FUNCTION iq_test_refuse()""",
+        """CREATE FUNCTION iq_test_refuse_error() RETURNS trigger AS $$ BEGIN
+            IF NEW.message LIKE '%%refuse-record%%'
+            THEN RAISE EXCEPTION 'error record refused by a trigger'; END IF;
+            RETURN NEW; END $$ LANGUAGE plpgsql""",
+        """CREATE TRIGGER iq_test_refuse_error BEFORE INSERT ON django_iq_entryerror
+            FOR EACH ROW EXECUTE FUNCTION iq_test_refuse_error()""",
     ],
     "sqlite": [
         """CREATE TRIGGER iq_test_refuse BEFORE INSERT ON django_iq_runoutcome
             WHEN NEW.status = 'succeeded' AND (json_extract(NEW.args, '$[0]') = 'refuse-all'
                 OR json_extract(NEW.return_value, '$.refused') IS NOT NULL)
             BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END""",
+        """CREATE TRIGGER iq_test_refuse_error BEFORE INSERT ON django_iq_entryerror
+            WHEN NEW.message LIKE '%refuse-record%'
+            BEGIN SELECT RAISE(ABORT, 'error record refused by a trigger'); END""",
     ],
 }
 DROP_TRIGGER = {
     "postgresql": [
         "DROP TRIGGER IF EXISTS iq_test_refuse ON django_iq_runoutcome",
         "DROP FUNCTION IF EXISTS iq_test_refuse()",
+        "DROP TRIGGER IF EXISTS iq_test_refuse_error ON django_iq_entryerror",
+        "DROP FUNCTION IF EXISTS iq_test_refuse_error()",
     ],
-    "sqlite": ["DROP TRIGGER IF EXISTS iq_test_refuse"],
+    "sqlite": [
+        "DROP TRIGGER IF EXISTS iq_test_refuse",
+        "DROP TRIGGER IF EXISTS iq_test_refuse_error",
+    ],
 }
 
 
@@ -117,9 +137,10 @@ def refusing_trigger() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("refusing_trigger")
-def test_a_refused_success_is_kept_without_its_value_or_counted_as_a_failed_attempt() -> None:
+def test_a_refused_outcome_is_written_without_what_was_refused_or_counted_as_failed() -> None:
     kept = returns_unstorable.enqueue("refuse-value", "refused")
     refused = returns_unstorable.enqueue("refuse-all", "refused")
+    unrecordable = raises_recorded.enqueue("refuse-record", "refuse-record")
     run_until_the_queue_is_empty()
 
     assert runs_of("refuse-value") == 1
@@ -133,4 +154,11 @@ def test_a_refused_success_is_kept_without_its_value_or_counted_as_a_failed_atte
     for error in errors:
         assert error.exception_class == "django_iq.exceptions.OutcomeNotStored"
         assert "refused by a trigger" in error.message
+
+    assert runs_of("refuse-record") == 2, "max_attempts=2: each run counted"
+    errors = list(EntryError.objects.filter(entry_id=unrecordable.pk).order_by("attempt"))
+    assert [(e.attempt, e.is_final) for e in errors] == [(1, False), (2, True)]
+    for error in errors:
+        assert error.exception_class == "builtins.ValueError"
+        assert error.message.startswith("<the failure could not be recorded as it is: ")
     assert not Entry.objects.exists() and not GroupLock.objects.exists()

@@ -413,3 +413,12 @@ def raises_unreadable(token: str) -> None:
         token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
     )
     raise UnreadableError
+
+
+@job(max_attempts=2, backoff_base_seconds=0)
+def raises_recorded(token: str, message: str) -> None:
+    """Record this run (one JobRun per run), then raise ``ValueError(message)``."""
+    JobRun.objects.create(
+        token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
+    )
+    raise ValueError(message)
