@@ -13,6 +13,10 @@ from django_iq.exceptions import InvalidJobOptions
 # and a time zone offset near either end crosses the year; MariaDB's DATETIME holds 1000-9999.
 EARLIEST_RUN_AT = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST_RUN_AT = datetime(9000, 1, 1, tzinfo=UTC)
+# Times a query may filter by, in UTC: MariaDB's DATETIME range (1000-9999), a day inside each
+# end so that no time zone's offset takes it out, and Python's.
+EARLIEST_FILTER_TIME = datetime(1000, 1, 2, tzinfo=UTC)
+LATEST_FILTER_TIME = datetime(9999, 12, 30, tzinfo=UTC)
 # Integers in arguments: 64-bit signed, what every database's JSON and most JSON readers hold.
 MIN_INT, MAX_INT = -(2**63), 2**63 - 1
 # Floats from 2**53 up are whole numbers, which PostgreSQL's jsonb gives back as integers, not
@@ -117,6 +121,16 @@ def run_at_problem(run_at: datetime) -> str | None:
             f"{EARLIEST_RUN_AT:%Y-%m-%d} and {LATEST_RUN_AT:%Y-%m-%d} UTC"
         )
     return None
+
+
+def filter_time_in_range(moment: datetime) -> bool:
+    """Whether an aware ``moment`` is a time a query may filter by (see
+    ``EARLIEST_FILTER_TIME``)."""
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:
+        return False
+    return EARLIEST_FILTER_TIME <= utc <= LATEST_FILTER_TIME
 
 
 def add_delay(now: datetime, delay: timedelta) -> datetime | None:
