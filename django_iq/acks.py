@@ -35,7 +35,7 @@ from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.dbconn import is_connection_error, refresh_connections, with_db_retry
+from django_iq.dbconn import is_transient, refresh_connections, with_db_retry
 from django_iq.exceptions import JobNotRegistered, OutcomeNotStored
 from django_iq.limits import exception_class_name
 from django_iq.managers import Claim, Success
@@ -48,6 +48,9 @@ logger = logging.getLogger(__name__)
 
 # At most this many acknowledgements per transaction.
 ACK_BATCH_SIZE = 500
+# Tries of a batch the database refuses with an operational error that is neither an outage nor
+# a lost lock conflict, before it is written one by one.
+REFUSALS_RETRIED = 3
 
 
 def log_lock_lost(entry: Entry) -> None:
@@ -155,13 +158,26 @@ class AckWriter:
             connections.close_all()
 
     def _write(self, batch: list[Ack]) -> None:
-        """Write ``batch``, retrying while the database is unreachable. Only once the writer is closing does it give up (after three tries): the
-        entries then run again after recovery."""
+        """Write ``batch``, retrying while the database is unreachable. Only once the writer
+        is closing does it give up (after three tries): the entries then run again after
+        recovery. A batch the database refuses is written one by one (``_write_one``)."""
         successes = [ack.success(self.worker_name) for ack in batch]
+        refusals = 0
 
         def write() -> set[int]:
             refresh_connections()
             return Entry.objects.complete_many(successes, jobs=catalog)
+
+        def retry_if(exc: BaseException) -> bool:
+            nonlocal refusals
+            if not isinstance(exc, (OperationalError, InterfaceError)):
+                return False
+            if is_transient(exc):
+                return True
+            # An operational error of the statement's own (MariaDB reports a trigger's
+            # SIGNAL so): tried a few times, then it is a refusal like any other.
+            refusals += 1
+            return refusals < REFUSALS_RETRIED
 
         try:
             # Short waits: while successes wait, their entries stay locked and claiming stops,
@@ -169,24 +185,25 @@ class AckWriter:
             lost = with_db_retry(
                 write,
                 f"writing {len(batch)} finished jobs",
+                retry_if=retry_if,
                 attempts=None,
                 delay=lambda attempt: min(1.0, 0.1 * attempt),
                 before_retry=connections.close_all,
                 give_up=lambda attempt: self._closing and attempt >= 3,
             )
-        except (OperationalError, InterfaceError) as exc:
+        except Exception as exc:
             connections.close_all()
-            logger.error(
-                "could not write %s finished jobs at shutdown: they will run again "
-                "after recovery; error=%s",
-                len(batch),
-                exc,
-            )
-            self._release(batch, written=False)
-            return
-        except Exception:  # one bad row must not cost the batch: write them one by one
+            if isinstance(exc, (OperationalError, InterfaceError)) and is_transient(exc):
+                logger.error(
+                    "could not write %s finished jobs at shutdown: they will run again "
+                    "after recovery; error=%s",
+                    len(batch),
+                    exc,
+                )
+                self._release(batch, written=False)
+                return
+            # One bad row must not cost the batch: write them one by one.
             logger.exception("could not write %s finished jobs together", len(batch))
-            connections.close_all()
             self._write_one_by_one(batch)
             return
         self.written += len(batch)
@@ -210,7 +227,7 @@ class AckWriter:
                 log_lock_lost(ack.entry)
         except Exception as exc:
             connections.close_all()
-            if is_connection_error(exc):
+            if is_transient(exc):
                 # Safe: the claim is released below, and recovery reruns the entry.
                 logger.exception(
                     "could not write the success of entry=%s; it runs again after recovery",

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django_iq import signals
 from django_iq.acks import Ack, AckWriter
 from django_iq.conf import iq_settings
-from django_iq.dbconn import is_connection_error, refresh_connections, with_db_retry
+from django_iq.dbconn import is_transient, refresh_connections, with_db_retry
 from django_iq.exceptions import (
     InvalidJobArguments,
     JobNotRegistered,
@@ -380,12 +380,13 @@ class Processor:
                     started_at=started_at,
                 ),
                 "fail",
+                retry_if=is_transient,
             )
 
         try:
             error = fail(message, traceback)
         except Exception as write_error:
-            if isinstance(write_error, DatabaseError) and is_connection_error(write_error):
+            if isinstance(write_error, DatabaseError) and is_transient(write_error):
                 raise
             # The record itself was refused (its text, say): the attempt still counts, with
             # a record that says so in place of the text, never a run lost uncounted.
