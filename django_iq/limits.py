@@ -59,15 +59,13 @@ def cut_traceback(text: str) -> str:
 
 
 def exception_text(exc: BaseException) -> str:
-    """``str(exc)``, or, when that raises (a broken ``__str__``, one returning no text), a
-    placeholder saying why: a failure must be recorded whatever its exception does."""
+    """``str(exc)``, or, when that raises (a broken ``__str__``, or one returning something
+    other than text), a placeholder saying why: a failure must be recorded whatever its
+    exception does."""
     try:
-        text = str(exc)
+        return str(exc)
     except Exception as error:  # the exception's own code: anything may go wrong in it
         return f"<exception text could not be read: {type(error).__name__}: {_safe(error)}>"
-    if not isinstance(text, str):  # a str subclass whose __str__ misbehaves
-        return "<exception text could not be read: not a string>"
-    return text
 
 
 def _safe(error: BaseException) -> str:
