@@ -14,6 +14,12 @@ is recovered and runs again, exactly as if it had died while the job ran. A proc
 that is about to give a claim's lock up some other way (a failure of its last entry, a release
 at shutdown) first waits for that claim's acknowledgements (``wait_for``): the lock must not go
 before the successes it covers are written.
+
+A batch the database refuses for a reason other than being unreachable is written again one
+success at a time. A success it still refuses (its return value, a constraint or trigger of the
+project's) is written with the "not kept" marker in place of its return value, and if even that
+is refused, its attempt ends as failed (``OutcomeNotStored``), counted: no refusal turns into a
+run released and repeated without ever being counted.
 """
 
 from __future__ import annotations
@@ -21,22 +27,30 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
+from django.utils import timezone
 
 from django_iq import signals
-from django_iq.dbconn import refresh_connections, with_db_retry
+from django_iq.dbconn import is_transient, refresh_connections, with_db_retry
+from django_iq.exceptions import JobNotRegistered, OutcomeNotStored
+from django_iq.limits import exception_class_name
 from django_iq.managers import Claim, Success
+from django_iq.managers.records import not_kept, started_at
 from django_iq.models import Entry
-from django_iq.registry import catalog
+from django_iq.options import JobOptions
+from django_iq.registry import catalog, get_job
 
 logger = logging.getLogger(__name__)
 
 # At most this many acknowledgements per transaction.
 ACK_BATCH_SIZE = 500
+# Tries of a batch the database refuses with an operational error that is neither an outage nor
+# a lost lock conflict, before it is written one by one.
+REFUSALS_RETRIED = 3
 
 
 def log_lock_lost(entry: Entry) -> None:
@@ -144,13 +158,26 @@ class AckWriter:
             connections.close_all()
 
     def _write(self, batch: list[Ack]) -> None:
-        """Write ``batch``, retrying while the database is unreachable. Only once the writer is closing does it give up (after three tries): the
-        entries then run again after recovery."""
+        """Write ``batch``, retrying while the database is unreachable. Only once the writer
+        is closing does it give up (after three tries): the entries then run again after
+        recovery. A batch the database refuses is written one by one (``_write_one``)."""
         successes = [ack.success(self.worker_name) for ack in batch]
+        refusals = 0
 
         def write() -> set[int]:
             refresh_connections()
             return Entry.objects.complete_many(successes, jobs=catalog)
+
+        def retry_if(exc: BaseException) -> bool:
+            nonlocal refusals
+            if not isinstance(exc, (OperationalError, InterfaceError)):
+                return False
+            if is_transient(exc):
+                return True
+            # An operational error of the statement's own (MariaDB reports a trigger's
+            # SIGNAL so): tried a few times, then it is a refusal like any other.
+            refusals += 1
+            return refusals < REFUSALS_RETRIED
 
         try:
             # Short waits: while successes wait, their entries stay locked and claiming stops,
@@ -158,24 +185,25 @@ class AckWriter:
             lost = with_db_retry(
                 write,
                 f"writing {len(batch)} finished jobs",
+                retry_if=retry_if,
                 attempts=None,
                 delay=lambda attempt: min(1.0, 0.1 * attempt),
                 before_retry=connections.close_all,
                 give_up=lambda attempt: self._closing and attempt >= 3,
             )
-        except (OperationalError, InterfaceError) as exc:
+        except Exception as exc:
             connections.close_all()
-            logger.error(
-                "could not write %s finished jobs at shutdown: they will run again "
-                "after recovery; error=%s",
-                len(batch),
-                exc,
-            )
-            self._release(batch, written=False)
-            return
-        except Exception:  # one bad row must not cost the batch: write them one by one
+            if isinstance(exc, (OperationalError, InterfaceError)) and is_transient(exc):
+                logger.error(
+                    "could not write %s finished jobs at shutdown: they will run again "
+                    "after recovery; error=%s",
+                    len(batch),
+                    exc,
+                )
+                self._release(batch, written=False)
+                return
+            # One bad row must not cost the batch: write them one by one.
             logger.exception("could not write %s finished jobs together", len(batch))
-            connections.close_all()
             self._write_one_by_one(batch)
             return
         self.written += len(batch)
@@ -186,21 +214,82 @@ class AckWriter:
 
     def _write_one_by_one(self, batch: list[Ack]) -> None:
         for ack in batch:
-            try:
-                refresh_connections()
-                success = ack.success(self.worker_name)
-                if ack.lock_id in Entry.objects.complete_many([success], jobs=catalog):
-                    log_lock_lost(ack.entry)
-            except Exception:  # safe: the claim is released below, and recovery reruns the entry
+            self._write_one(ack, ack.success(self.worker_name), refused=None)
+
+    def _write_one(self, ack: Ack, success: Success, refused: Exception | None) -> None:
+        """Write one success. If the database refuses it for a reason of its own (not being
+        unreachable), write it again with the "not kept" marker for its return value; if that
+        is refused too (``refused`` is the first refusal), end the attempt as failed
+        (``OutcomeNotStored``), counted like any other: the entry never runs again uncounted."""
+        try:
+            refresh_connections()
+            if ack.lock_id in Entry.objects.complete_many([success], jobs=catalog):
+                log_lock_lost(ack.entry)
+        except Exception as exc:
+            connections.close_all()
+            if is_transient(exc):
+                # Safe: the claim is released below, and recovery reruns the entry.
                 logger.exception(
                     "could not write the success of entry=%s; it runs again after recovery",
                     ack.entry.pk,
                 )
-                connections.close_all()
                 self._release([ack], written=False)
+            elif refused is None:
+                logger.exception(
+                    "could not write the success of entry=%s; writing it without its return value",
+                    ack.entry.pk,
+                )
+                why = f"the database refused it: {type(exc).__name__}: {exc}"
+                self._write_one(ack, replace(success, return_value=not_kept(why)), refused=exc)
             else:
-                self.written += 1
-                self._release([ack], written=True)
+                logger.exception("could not write the success of entry=%s at all", ack.entry.pk)
+                self._fail_attempt(ack, refused)
+            return
+        self.written += 1
+        self._release([ack], written=True)
+
+    def _fail_attempt(self, ack: Ack, refused: Exception) -> None:
+        """Count the attempt of ``ack`` as failed, its success unwritable, and retry it per
+        its job's policy; release the claim if even that cannot be written."""
+        entry = ack.entry
+        now = timezone.now()
+        attempt = entry.attempts + 1
+        retry_at = None
+        try:
+            options = get_job(entry.job_name).options
+        except JobNotRegistered:
+            options = JobOptions()
+        if attempt < entry.max_attempts:
+            retry_at = now + timedelta(seconds=options.retry_delay_seconds(attempt))
+        try:
+            refresh_connections()
+            error = with_db_retry(
+                lambda: Entry.objects.fail(
+                    entry,
+                    ack.lock_id,
+                    exception_class=exception_class_name(OutcomeNotStored()),
+                    message=(
+                        "The job returned, but the database refused its success even without "
+                        f"its return value: {type(refused).__name__}: {refused}"
+                    ),
+                    traceback="",
+                    retry_at=retry_at,
+                    worker_name=self.worker_name,
+                    now=now,
+                    jobs=catalog,
+                    started_at=started_at(ack.finished_at or now, ack.duration_seconds),
+                ),
+                "fail",
+            )
+        except Exception:  # the last resort: the claim is released, recovery takes over
+            logger.exception("could not record the failure of entry=%s", entry.pk)
+            connections.close_all()
+            self._release([ack], written=False)
+            return
+        signals.send(
+            signals.entry_failed, Entry, entry=entry, error=error, will_retry=not error.is_final
+        )
+        self._release([ack], written=False)
 
     def _release(self, batch: list[Ack], *, written: bool) -> None:
         if written and signals.entries_finished.receivers:

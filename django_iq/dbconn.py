@@ -27,9 +27,12 @@ T = TypeVar("T")
 DB_RETRY_ATTEMPTS = 6
 
 # Errors that mean the server cannot be reached or ended the session, by driver: PostgreSQL's
-# connection-exception class and shutdown states (a driver error with no SQLSTATE is the client
-# library's own: refused, reset, closed); MySQL's server-gone, lost and cannot-connect codes.
+# connection-exception class and shutdown states (a driver's operational or interface error with
+# no SQLSTATE is the client library's own: refused, reset, closed); MySQL's server-gone, lost and
+# cannot-connect codes.
 _PG_CONNECTION_STATES = ("08", "57P01", "57P02", "57P03")
+_DRIVER_MODULES = ("psycopg", "MySQLdb", "sqlite3")
+_DRIVER_CONNECTION_CLASSES = frozenset({"OperationalError", "InterfaceError"})
 _MYSQL_CONNECTION_CODES = frozenset({1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2055, 4031})
 
 
@@ -161,12 +164,29 @@ def is_connection_error(exc: BaseException) -> bool:
     module = type(cause).__module__
     if module.startswith("psycopg"):
         state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-        return state is None or state.startswith(_PG_CONNECTION_STATES)
+        if state is None:
+            # The client library's own error: a connection refused, reset or closed is an
+            # operational or interface error; a value it will not send (text with NUL is a
+            # DataError) is not.
+            return any(k.__name__ in _DRIVER_CONNECTION_CLASSES for k in type(cause).__mro__)
+        return bool(state.startswith(_PG_CONNECTION_STATES))
     if module.startswith("MySQLdb"):
         return bool(cause.args) and cause.args[0] in _MYSQL_CONNECTION_CODES
     if module == "sqlite3":
         return "unable to open database" in str(cause)
     return False
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True if ``exc`` is an error that trying again cures: the database unreachable, or a lock
+    conflict lost; false for a refusal of the statement itself (a constraint, a trigger, a
+    value it cannot store)."""
+    cause = exc.__cause__ or exc
+    if not type(cause).__module__.startswith(_DRIVER_MODULES):
+        # Not a driver's error: nothing tells an outage from a refusal, so an operational or
+        # interface error is taken for an outage, as it always was.
+        return isinstance(exc, (OperationalError, InterfaceError))
+    return is_connection_error(exc) or is_lock_conflict(exc)
 
 
 @contextmanager

@@ -49,6 +49,11 @@ class WorkerLost(IQError):
     """Recorded (never raised) when recovery finds an entry's worker dead or no longer holding it."""
 
 
+class OutcomeNotStored(IQError):
+    """Recorded (never raised) when the database refused a job's success even with its return
+    value left out: the attempt counts as failed and is retried per the job's policy."""
+
+
 class EntryCancelled(IQError):
     """Recorded (never raised) on the result of a task whose entry was cancelled before it ran."""
 

@@ -13,6 +13,10 @@ from django_iq.exceptions import InvalidJobOptions
 # and a time zone offset near either end crosses the year; MariaDB's DATETIME holds 1000-9999.
 EARLIEST_RUN_AT = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST_RUN_AT = datetime(9000, 1, 1, tzinfo=UTC)
+# Times a query may filter by, in UTC: MariaDB's DATETIME range (1000-9999), a day inside each
+# end so that no time zone's offset takes it out, and Python's.
+EARLIEST_FILTER_TIME = datetime(1000, 1, 2, tzinfo=UTC)
+LATEST_FILTER_TIME = datetime(9999, 12, 30, tzinfo=UTC)
 # Integers in arguments: 64-bit signed, what every database's JSON and most JSON readers hold.
 MIN_INT, MAX_INT = -(2**63), 2**63 - 1
 # Floats from 2**53 up are whole numbers, which PostgreSQL's jsonb gives back as integers, not
@@ -21,6 +25,9 @@ MAX_EXACT_FLOAT = float(2**53)
 # Lists and dicts inside one argument: MariaDB's JSON functions refuse a document nested more
 # than 32 levels, and the stored ``args`` list is one level itself.
 MAX_ARGUMENT_DEPTH = 30
+# Lists and dicts inside a return value: the same 32 levels of MariaDB, with room for nothing
+# else (the value is the whole document). PostgreSQL's jsonb and Python's json go far deeper.
+MAX_RETURN_DEPTH = 30
 # max_attempts: a PositiveIntegerField holds 2**31 - 1; nobody retries more than this.
 MAX_ATTEMPTS_LIMIT = 100_000
 # Backoff options and settings, in seconds: a year.
@@ -53,12 +60,39 @@ def cut_traceback(text: str) -> str:
     return TRUNCATED_MARK + text[len(text) - limit + len(TRUNCATED_MARK) :]
 
 
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or, when that raises (a broken ``__str__``, or one returning something
+    other than text), a placeholder saying why: a failure must be recorded whatever its
+    exception does."""
+    try:
+        return str(exc)
+    except Exception as error:  # the exception's own code: anything may go wrong in it
+        return f"<exception text could not be read: {type(error).__name__}: {_safe(error)}>"
+
+
+def _safe(error: BaseException) -> str:
+    try:
+        return str(error)[:200]
+    except Exception:  # the placeholder's own detail is not worth a second failure
+        return "?"
+
+
+def exception_class_name(exc: BaseException) -> str:
+    """The dotted name ``exc``'s class is recorded under."""
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def format_failure(exc: BaseException) -> tuple[str, str]:
     """The message and traceback of ``exc`` as stored and logged, each within its limit; a long
-    message is cut inside the traceback too, so the frames above it are kept."""
-    message = str(exc)
+    message is cut inside the traceback too, so the frames above it are kept. An exception
+    whose text cannot be read gets a placeholder (see ``exception_text``) in both."""
+    message = exception_text(exc)
     short = cut_message(message)
-    text = "".join(tb.format_exception(exc))
+    try:
+        text = "".join(tb.format_exception(exc))
+    except Exception:  # the traceback module calls the exception's code too (notes, repr)
+        text = f"{exception_class_name(exc)}: {message}\n"
     if short != message:
         text = text.replace(message, short)
     return short, cut_traceback(text)
@@ -87,6 +121,16 @@ def run_at_problem(run_at: datetime) -> str | None:
             f"{EARLIEST_RUN_AT:%Y-%m-%d} and {LATEST_RUN_AT:%Y-%m-%d} UTC"
         )
     return None
+
+
+def filter_time_in_range(moment: datetime) -> bool:
+    """Whether an aware ``moment`` is a time a query may filter by (see
+    ``EARLIEST_FILTER_TIME``)."""
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:
+        return False
+    return EARLIEST_FILTER_TIME <= utc <= LATEST_FILTER_TIME
 
 
 def add_delay(now: datetime, delay: timedelta) -> datetime | None:

@@ -22,6 +22,7 @@ from django_iq.exceptions import Fail, InvalidJobOptions, RetryAfter
 from django_iq.limits import (
     MAX_ATTEMPTS_LIMIT,
     MAX_BACKOFF_SECONDS,
+    MAX_INT,
     MAX_UNIQUE_FOR_SECONDS,
     capped_backoff,
     run_at_problem,
@@ -151,6 +152,11 @@ def parent_ids(after: Any) -> tuple[int, ...]:
         if isinstance(pk, bool) or not isinstance(pk, int) or pk <= 0:
             raise InvalidJobOptions(
                 f"after takes saved entries or entry ids (positive integers), got {item!r:.80}."
+            )
+        if pk > MAX_INT:  # no entry has one: ids are 64-bit, and SQLite cannot even look
+            raise InvalidJobOptions(
+                f"after takes entry ids, which are 64-bit integers (at most 2**63 - 1), got "
+                f"an integer of {pk.bit_length()} bits."
             )
         ids.append(pk)
     return tuple(ids)

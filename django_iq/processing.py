@@ -10,12 +10,13 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+from django.db import DatabaseError
 from django.utils import timezone
 
 from django_iq import signals
 from django_iq.acks import Ack, AckWriter
 from django_iq.conf import iq_settings
-from django_iq.dbconn import refresh_connections, with_db_retry
+from django_iq.dbconn import is_transient, refresh_connections, with_db_retry
 from django_iq.exceptions import (
     InvalidJobArguments,
     JobNotRegistered,
@@ -23,7 +24,7 @@ from django_iq.exceptions import (
     RetryAfter,
     Snooze,
 )
-from django_iq.limits import cut_message, format_failure
+from django_iq.limits import cut_message, exception_class_name, exception_text, format_failure
 from django_iq.managers import Claim
 from django_iq.managers.series import ready_at
 from django_iq.models import Batch, Entry, EntryError, GroupLock
@@ -328,7 +329,7 @@ class Processor:
                 entry.attempts + 1,
                 entry.max_attempts,
                 type(exc).__name__,
-                cut_message(str(exc)),
+                cut_message(exception_text(exc)),
             )
         else:
             # The traceback as stored, cut like it: a megabyte message is not logged whole.
@@ -362,23 +363,39 @@ class Processor:
                 exc.seconds if isinstance(exc, RetryAfter) else options.retry_delay_seconds(attempt)
             )
             retry_at = now + timedelta(seconds=delay)
-        kind = type(exc)
         message, traceback = format_failure(exc)
-        error = with_db_retry(
-            lambda: Entry.objects.fail(
-                entry,
-                lock_id,
-                exception_class=f"{kind.__module__}.{kind.__qualname__}",
-                message=message,
-                traceback=traceback,
-                retry_at=retry_at,
-                worker_name=self.worker_name,
-                now=now,
-                jobs=catalog,
-                started_at=started_at,
-            ),
-            "fail",
-        )
+
+        def fail(message: str, traceback: str) -> EntryError:
+            return with_db_retry(
+                lambda: Entry.objects.fail(
+                    entry,
+                    lock_id,
+                    exception_class=exception_class_name(exc),
+                    message=message,
+                    traceback=traceback,
+                    retry_at=retry_at,
+                    worker_name=self.worker_name,
+                    now=now,
+                    jobs=catalog,
+                    started_at=started_at,
+                ),
+                "fail",
+                retry_if=is_transient,
+            )
+
+        try:
+            error = fail(message, traceback)
+        except Exception as write_error:
+            if isinstance(write_error, DatabaseError) and is_transient(write_error):
+                raise
+            # The record itself was refused (its text, say): the attempt still counts, with
+            # a record that says so in place of the text, never a run lost uncounted.
+            logger.exception("could not record the failure of entry=%s as it is", entry.pk)
+            refresh_connections()
+            error = fail(
+                f"<the failure could not be recorded as it is: {type(write_error).__name__}>",
+                "",
+            )
         signals.send(
             signals.entry_failed, Entry, entry=entry, error=error, will_retry=not error.is_final
         )

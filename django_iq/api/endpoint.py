@@ -187,6 +187,10 @@ def read_json_object(request: HttpRequest, example: str) -> dict[str, Any]:
         ) from exc
     except RecursionError:
         raise ApiError(400, f"The body is nested too deeply; send for example {example}.") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300)
+        raise ApiError(
+            400, f"The body has an integer too long to read ({exc}); send for example {example}."
+        ) from None
     if not isinstance(body, dict):
         raise ApiError(
             400, f"The body must be a JSON object, got {type(body).__name__}: send {example}."

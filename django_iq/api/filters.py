@@ -15,6 +15,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from django_iq.api.endpoint import MAX_ID, ApiError, InvalidParameter
+from django_iq.limits import EARLIEST_FILTER_TIME, LATEST_FILTER_TIME, filter_time_in_range
 from django_iq.models import Queue
 from django_iq.states import (
     AWAITING_COMPUTE,
@@ -100,6 +101,11 @@ def parse_datetime(raw: str) -> datetime:
         raise Expected(
             "an ISO 8601 datetime with a timezone offset, e.g. 2025-01-31T09:30:00Z; "
             "without one the time would be ambiguous"
+        )
+    if not filter_time_in_range(value):
+        raise Expected(
+            f"an ISO 8601 datetime between {EARLIEST_FILTER_TIME:%Y-%m-%d} and "
+            f"{LATEST_FILTER_TIME:%Y-%m-%d} UTC, the times every supported database holds"
         )
     # With USE_TZ = False the database stores naive local times.
     return value if settings.USE_TZ else timezone.make_naive(value)

@@ -324,10 +324,11 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         final = failure.final or attempt >= entry.max_attempts
         traceback = storable_text(cut_traceback(failure.traceback))
         message = storable_text(cut_message(failure.message))
+        exception_class = storable_text(failure.exception_class)[:255]
         error = iq.EntryError.objects.db_manager(using).record(
             entry,
             attempt=attempt,
-            exception_class=failure.exception_class,
+            exception_class=exception_class,
             message=message,
             traceback=traceback,
             worker_name=failure.worker_name,
@@ -338,7 +339,7 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             iq.RunOutcome.objects.db_manager(using).record_failure(
                 entry,
                 attempt=attempt,
-                exception_class=failure.exception_class,
+                exception_class=exception_class,
                 traceback=traceback or message,
                 worker_name=failure.worker_name,
                 started=failure.started_at,
@@ -354,12 +355,12 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             iq.EntryDependency.objects.parents_ended(
                 using,
                 [entry.pk],
-                failure=f"failed for good ({failure.exception_class.rsplit('.', 1)[-1]})",
+                failure=f"failed for good ({exception_class.rsplit('.', 1)[-1]})",
                 now=now,
                 jobs=jobs,
             )
             if entry.cron_job_id is not None:
-                self._after_cron_run(entry, now, jobs, failure_status(failure.exception_class))
+                self._after_cron_run(entry, now, jobs, failure_status(exception_class))
             return error
         changes: dict[str, Any] = {"attempts": attempt}
         if failure.priority_decay:

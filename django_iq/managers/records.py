@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
+from django.utils.functional import Promise
 
 from django_iq.conf import iq_settings
-from django_iq.managers.common import delete_first, stored_json
+from django_iq.limits import MAX_RETURN_DEPTH, text_problem
+from django_iq.managers.common import delete_first, storable_text, stored_json
 from django_iq.options import JobCatalog
 from django_iq.states import OutcomeStatus
 
@@ -31,21 +33,75 @@ def keeps_outcomes(entry: Entry, jobs: JobCatalog | None) -> bool:
     return entry.result_id is not None or jobs is None or jobs.keeps_outcomes(entry.job_name)
 
 
+def not_kept(why: str, **more: Any) -> dict[str, Any]:
+    """The object stored in place of a return value that is not kept, saying ``why``."""
+    return {NOT_KEPT_KEY: storable_text(why[:500]), **more}
+
+
+def unstorable_part(value: Any) -> str | None:
+    """Why some part of ``value`` cannot be stored in a JSON column of every supported database,
+    or None: text (a string or a key) holding NUL, which PostgreSQL refuses, or a lone
+    surrogate, which no database takes, or lists and dicts nested deeper than
+    ``MAX_RETURN_DEPTH``, which MariaDB refuses. Checked before the JSON is written, without
+    recursion (a value nested thousands deep is answered, not a ``RecursionError``)."""
+    # (value, depth of the lists and dicts it sits in, where it is)
+    stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 0, ())]
+    while stack:
+        item, depth, path = stack.pop()
+        if isinstance(item, Promise):  # a lazy string: stored as its text
+            item = str(item)
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                return f"the text at {where(path)} {problem}"
+            continue
+        if not isinstance(item, (dict, list, tuple)):
+            continue
+        if depth >= MAX_RETURN_DEPTH:
+            return (
+                f"nested more than {MAX_RETURN_DEPTH} lists or dicts deep (at {where(path)}), "
+                "more than the database stores"
+            )
+        if isinstance(item, dict):
+            for key, member in item.items():
+                if isinstance(key, str):
+                    problem = text_problem(key)
+                    if problem is not None:
+                        return f"the key {key!a} at {where(path)} {problem}"
+                stack.append((member, depth + 1, (path, key)))
+        else:
+            stack.extend((member, depth + 1, (path, i)) for i, member in enumerate(item))
+    return None
+
+
+def where(path: tuple[Any, ...]) -> str:
+    """``path`` (nested ``(parent, key)`` pairs) as ``value[0]['a']``."""
+    keys = []
+    while path:
+        path, key = path
+        keys.append(f"[{key!a}]")
+    return "value" + "".join(reversed(keys))
+
+
 def return_json(value: Any) -> str | None:
     """The JSON text a return value is stored as (None for None): the value itself, or, when it
-    is not JSON or its JSON takes more than ``OUTCOME_MAX_RETURN_BYTES``, an object saying so
+    is not JSON, cannot be stored (see ``unstorable_part``) or its JSON takes more than
+    ``OUTCOME_MAX_RETURN_BYTES``, an object saying so
     (``{"django_iq_return_value_not_kept": why, "bytes": size}``)."""
     if value is None:
         return None
+    problem = unstorable_part(value)
+    if problem is not None:
+        return json.dumps(not_kept(f"not storable: {problem}"))
     try:
         # ASCII only, so the text's length is its size in bytes.
         text = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        return json.dumps({NOT_KEPT_KEY: f"not JSON: {type(exc).__name__}: {exc}"[:500]})
+    except (TypeError, ValueError, RecursionError) as exc:
+        return json.dumps(not_kept(f"not JSON: {type(exc).__name__}: {exc}"))
     limit = int(iq_settings.OUTCOME_MAX_RETURN_BYTES)
     if len(text) > limit:
         why = f"{len(text)} bytes of JSON, more than OUTCOME_MAX_RETURN_BYTES ({limit})"
-        return json.dumps({NOT_KEPT_KEY: why, "bytes": len(text)})
+        return json.dumps(not_kept(why, bytes=len(text)))
     return text
 
 

@@ -57,3 +57,43 @@ def test_bodies_no_database_stores_are_a_400(
     assert response.status_code == 400, response.content
     assert message in json.loads(response.content)["error"]
     assert Entry.objects.count() == 1 and Queue.objects.count() == 1
+
+
+@pytest.mark.parametrize("route", ["entry-cancel", "error-requeue"])
+def test_an_integer_of_5000_digits_in_a_body_is_a_400(operator: Api, route: str) -> None:
+    record.enqueue("kept")
+    response = operator.post(url(route), None, raw='{"ids": [' + "9" * 5000 + "]}")
+    assert response.status_code == 400, response.content
+    assert "integer" in response.json()["error"]
+    assert Entry.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "0001-01-01T00:00:00+01:00",
+        "0001-01-01T00:00:00Z",
+        "0999-12-31T23:59:59Z",
+        "1000-01-01T23:59:59Z",
+        "9999-12-31T23:59:59-01:00",
+        "9999-12-30T00:00:01Z",
+        "10000-01-01T00:00:00Z",
+    ],
+)
+@pytest.mark.parametrize("name", ["enqueued_after", "enqueued_before"])
+@pytest.mark.parametrize("route", ["entry-list", "entry-count"])
+def test_a_time_filter_out_of_every_databases_range_is_a_400(
+    operator: Api, route: str, name: str, moment: str
+) -> None:
+    record.enqueue("kept")
+    response = operator.get(url(route), **{name: moment})
+    assert response.status_code == 400, response.content
+    assert f"for {name!r}" in response.json()["error"]
+
+
+@pytest.mark.parametrize("moment", ["1000-01-02T00:00:00Z", "9999-12-30T00:00:00Z"])
+def test_a_time_filter_at_the_ends_of_the_range_lists(operator: Api, moment: str) -> None:
+    record.enqueue("kept")
+    after = operator.get(url("entry-count"), enqueued_after=moment)
+    before = operator.get(url("entry-count"), enqueued_before=moment)
+    assert (after.status_code, before.status_code) == (200, 200), (after.content, before.content)

@@ -114,7 +114,7 @@ def test_a_disabled_job_enabled_again_keeps_its_blocked_entries_waiting() -> Non
     assert Entry.objects.get(pk=child.pk).state == "blocked"
 
 
-@pytest.mark.parametrize("bad", ["1,2", 5, [0], [True], [None], ["x"]])
+@pytest.mark.parametrize("bad", ["1,2", 5, [0], [True], [None], ["x"], [2**63], [2**70]])
 def test_bad_parents_are_refused_and_nothing_is_written(bad: object) -> None:
     with pytest.raises(InvalidJobOptions, match="after"):
         step.using(after=bad).enqueue("never")

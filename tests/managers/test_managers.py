@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from django_iq.exceptions import ProcessNameTaken, QueueNotFound
 from django_iq.managers import Claim
-from django_iq.models import DisabledJob, Entry, EntryError, GroupLock, Queue, Worker
+from django_iq.models import DisabledJob, Entry, EntryError, GroupLock, Queue, RunOutcome, Worker
 from tests.conftest import iq_settings_with
 from tests.factories import (
     EntryErrorFactory,
@@ -370,13 +370,16 @@ def test_a_failure_message_with_characters_the_database_rejects_is_still_recorde
     error = fail(
         claim.entries[0],
         claim.lock_id,
+        exception_class="mod.Bad\x00Name\udc80",
         message="bad byte \x00 and \ud800 here",
         traceback="Traceback\nValueError: bad byte \x00\n",
     )
 
     stored = EntryError.objects.get(pk=error.pk)
+    assert stored.exception_class == "mod.Bad\\x00Name\\udc80"
     assert stored.message == "bad byte \\x00 and \\ud800 here"
     assert stored.traceback == "Traceback\nValueError: bad byte \\x00\n"
+    assert RunOutcome.objects.get().exception_class == "mod.Bad\\x00Name\\udc80"
     assert not Entry.objects.exists()
 
 

@@ -363,3 +363,62 @@ def checks_total(expected: int, total: int) -> int:
     """A job whose own assertion fails: its frames must stay in a test's traceback."""
     assert total == expected, f"total {total} != expected {expected}"
     return total
+
+
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+# Return values no database column can hold as they are, by kind.
+UNSTORABLE_RETURNS = {
+    "nul": lambda: {"text": "before\x00after"},
+    "nul_key": lambda: {"a\x00b": 1},
+    "surrogate": lambda: ["\ud800"],
+    "surrogate_key": lambda: {"\udc80": "x"},
+    "deep_33": lambda: _nested(33),
+    "deep_5000": lambda: _nested(5000),
+}
+# Storable, but the tests' trigger refuses a success holding this key.
+REFUSED_RETURN = {"refused": True}
+
+
+@job(max_attempts=3)
+def returns_unstorable(token: str, kind: str) -> object:
+    """Record this run (one JobRun per run), then return a value of ``kind``: one the database
+    cannot store as it is, ``refused`` or ``deep_<n>`` (lists nested ``n`` deep)."""
+    JobRun.objects.create(
+        token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
+    )
+    if kind == "refused":
+        return REFUSED_RETURN
+    if kind in UNSTORABLE_RETURNS:
+        return UNSTORABLE_RETURNS[kind]()
+    return _nested(int(kind.removeprefix("deep_")))
+
+
+class UnreadableError(Exception):
+    """An exception whose text cannot be read: ``str()`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("this exception's text cannot be read")
+
+
+@job(max_attempts=2, backoff_base_seconds=0)
+def raises_unreadable(token: str) -> None:
+    """Record this run (one JobRun per run), then raise an exception ``str()`` cannot read."""
+    JobRun.objects.create(
+        token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
+    )
+    raise UnreadableError
+
+
+@job(max_attempts=2, backoff_base_seconds=0)
+def raises_recorded(token: str, message: str) -> None:
+    """Record this run (one JobRun per run), then raise ``ValueError(message)``."""
+    JobRun.objects.create(
+        token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
+    )
+    raise ValueError(message)

@@ -12,11 +12,22 @@ from django_iq import job, operations
 from django_iq.duties import PruningDuty
 from django_iq.exceptions import InvalidJobOptions
 from django_iq.leader import Leader
+from django_iq.limits import MAX_RETURN_DEPTH
 from django_iq.managers.records import NOT_KEPT_KEY
 from django_iq.models import Entry, EntryError, RunOutcome
 from django_iq.worker import WorkerProcess
 from tests.conftest import iq_settings_with
-from tests.testapp.jobs import always_fails, flaky, overruns, polls, record, returns, unrecorded
+from tests.testapp.jobs import (
+    always_fails,
+    flaky,
+    overruns,
+    polls,
+    raises_unreadable,
+    record,
+    returns,
+    returns_unstorable,
+    unrecorded,
+)
 from tests.testapp.models import JobRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -176,6 +187,48 @@ def test_a_return_value_over_the_cap_is_stored_as_a_marker_saying_so() -> None:
     }
     assert by_entry[odd.pk][NOT_KEPT_KEY].startswith("not JSON: ValueError")
     assert RunOutcome.objects.filter(status="succeeded").count() == 3
+
+
+def test_a_return_value_the_database_cannot_store_is_a_marker_saying_where() -> None:
+    kinds = ("nul", "surrogate_key", f"deep_{MAX_RETURN_DEPTH}", f"deep_{MAX_RETURN_DEPTH + 1}")
+    entries = {kind: returns_unstorable.enqueue(kind, kind) for kind in kinds}
+
+    drain()
+
+    by_entry = dict(RunOutcome.objects.values_list("entry_id", "return_value"))
+    got = {kind: by_entry[entry.pk] for kind, entry in entries.items()}
+    assert got["nul"] == {
+        NOT_KEPT_KEY: "not storable: the text at value['text'] has a NUL character (\\x00) "
+        "at position 6"
+    }
+    assert got["surrogate_key"] == {
+        NOT_KEPT_KEY: "not storable: the key '\\udc80' at value has a lone surrogate at "
+        "position 0, which is not valid Unicode"
+    }
+    deepest = got[f"deep_{MAX_RETURN_DEPTH}"]
+    for _ in range(MAX_RETURN_DEPTH - 1):
+        assert isinstance(deepest, list) and len(deepest) == 1
+        deepest = deepest[0]
+    assert deepest == [], "a value nested as deep as the bound is kept whole"
+    assert got[f"deep_{MAX_RETURN_DEPTH + 1}"][NOT_KEPT_KEY].startswith(
+        f"not storable: nested more than {MAX_RETURN_DEPTH} lists or dicts deep"
+    )
+    assert RunOutcome.objects.filter(status="succeeded").count() == 4
+    assert not EntryError.objects.exists()
+
+
+def test_an_exception_whose_text_cannot_be_read_is_recorded_with_a_placeholder() -> None:
+    entry = raises_unreadable.enqueue("in-process")
+
+    drain()
+
+    errors = list(EntryError.objects.filter(entry_id=entry.pk).order_by("attempt"))
+    assert [(e.attempt, e.is_final) for e in errors] == [(1, False), (2, True)]
+    assert errors[0].message == (
+        "<exception text could not be read: RuntimeError: this exception's text cannot be read>"
+    )
+    assert "UnreadableError: <exception str() failed>" in errors[0].traceback
+    assert JobRun.objects.filter(token__startswith="in-process:").count() == 2
 
 
 @iq_settings_with(OUTCOME_RETENTION_SECONDS=3600, PRUNE_BATCH_SIZE=2)
