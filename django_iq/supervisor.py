@@ -91,15 +91,20 @@ class Supervisor(IQProcess):
                     logger.info("worker process recycled index=%s pid=%s", index, child.pid)
                     self._start(index)
                     continue
-                if child.exitcode == EXIT_STUCK and not self.stopping.is_set():
-                    # It gave up a job stuck past its timeout and marked itself stopped.
-                    logger.warning(
-                        "worker process replaced index=%s pid=%s: a job was stuck past its timeout",
-                        index,
-                        child.pid,
-                    )
-                    self._start(index)
-                    continue
+                if child.exitcode == EXIT_STUCK:
+                    # It exited at once with a job stuck past its timeout, holding its locks:
+                    # now that it is gone they go to recovery, once the database sessions it
+                    # left open are ended (a statement of the job may still run in the server).
+                    _mark_dead(child.pid)
+                    if not self.stopping.is_set():
+                        logger.warning(
+                            "worker process replaced index=%s pid=%s: a job was stuck past its "
+                            "timeout",
+                            index,
+                            child.pid,
+                        )
+                        self._start(index)
+                        continue
                 if self.stopping.is_set() or (
                     self.burst and child.exitcode in (EXIT_OK, EXIT_RECYCLE)
                 ):
