@@ -39,6 +39,28 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SAME_STOP_REQUEST_SECONDS = 1.0
 
 
+def watch_parent(
+    on_gone: Callable[[], object],
+    keep_watching: Callable[[], bool] = lambda: True,
+    interval: float = 1.0,
+) -> threading.Thread:
+    """Call ``on_gone()`` once, in a thread of its own, when this process's parent is gone
+    (killed with SIGKILL: the process was handed to another parent), looking every
+    ``interval`` seconds while ``keep_watching()``."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while keep_watching():
+            time.sleep(interval)  # a parent's death sends no event to wait on
+            if os.getppid() != parent:
+                on_gone()
+                return
+
+    thread = threading.Thread(target=watch, name="iq-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def host_name() -> str:
     """The node this process runs on, as workers report it and per-node caps count it: the
     ``DJANGO_IQ_HOST_NAME`` environment variable, else the machine's host name."""

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import time
+from functools import partial
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -21,6 +22,7 @@ from django_iq.process import (
     STOP_SIGNALS,
     IQProcess,
     host_name,
+    watch_parent,
 )
 from django_iq.worker import WorkerProcess
 
@@ -137,7 +139,15 @@ def _child_main(burst: bool, worker_options: dict[str, Any]) -> None:
     process = WorkerProcess(burst=burst, **worker_options)
     process.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    watch_parent(partial(_orphaned, process), lambda: not process.stopping.is_set())
     raise SystemExit(process.run(install_signal_handlers=False))
+
+
+def _orphaned(process: WorkerProcess) -> None:
+    """The supervisor is gone (killed with SIGKILL): stop the way SIGTERM does, so that no
+    worker runs on unsupervised (a restarted supervisor starts children of its own)."""
+    logger.warning("the supervisor is gone: stopping name=%s", process.name)
+    process.stop()
 
 
 def _mark_dead(pid: int | None) -> None:
