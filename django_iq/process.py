@@ -30,7 +30,8 @@ EXIT_ABANDONED = 1
 # jobs and stopped: its supervisor starts a fresh one at once.
 EXIT_RECYCLE = 3
 # A worker that gave up a job stuck past its timeout (TIMEOUT_GRACE_SECONDS after JobTimeout was
-# raised in it) and stopped: its supervisor starts a fresh one at once.
+# raised in it) and exited at once, its locks held: its supervisor ends the database sessions it
+# left open, marks it dead (its locks go to recovery) and starts a fresh one at once.
 EXIT_STUCK = 4
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Signals arriving this soon after the first are one stop request, not a second one: the same

@@ -32,9 +32,11 @@ logger = logging.getLogger(__name__)
 class Supervisor(IQProcess):
     """Runs ``processes`` worker processes, restarting any that crash, and replacing at once
     any that exit to be recycled (``--max-jobs-per-child``, ``--max-memory-per-child``) or
-    that gave up a job stuck past its timeout (``EXIT_STUCK``).
+    that gave up a job stuck past its timeout (``EXIT_STUCK``, once the database sessions it
+    left open are ended and it is marked dead).
 
-    Children are forked after database connections are closed. SIGTERM/SIGINT are passed on to
+    Children are forked after database connections are closed; each stops gracefully if it
+    finds the supervisor gone. SIGTERM/SIGINT are passed on to
     the children; a second signal is passed on too, which stops them at once. The supervisor
     keeps no ``Worker`` row of its own: each child registers itself.
     """
