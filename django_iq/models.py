@@ -350,6 +350,10 @@ class Worker(models.Model):
     # heartbeat; recovery releases a lock its live worker has stopped reporting.
     held_lock_ids = models.JSONField(default=list, blank=True)
     held_at = models.DateTimeField(null=True, blank=True)
+    # The database sessions ([session id, start]) a worker left open when it exited at once
+    # with a run stuck past its timeout: their statements may still run in the server, so
+    # whoever releases its locks ends them first (``WorkerManager.end_sessions``).
+    sessions = models.JSONField(default=list, blank=True, db_default=[])
 
     objects = WorkerManager()
 

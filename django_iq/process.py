@@ -32,7 +32,8 @@ EXIT_ABANDONED = 1
 # jobs and stopped: its supervisor starts a fresh one at once.
 EXIT_RECYCLE = 3
 # A worker that gave up a job stuck past its timeout (TIMEOUT_GRACE_SECONDS after JobTimeout was
-# raised in it) and stopped: its supervisor starts a fresh one at once.
+# raised in it) and exited at once, its locks held: its supervisor ends the database sessions it
+# left open, marks it dead (its locks go to recovery) and starts a fresh one at once.
 EXIT_STUCK = 4
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Signals arriving this soon after the first are one stop request, not a second one: the same
@@ -46,6 +47,28 @@ SAME_STOP_REQUEST_SECONDS = 1.0
 MAX_NAME_LENGTH = 150
 # The random part of a process's name, in bytes (twice as many hex digits).
 INSTANCE_BYTES = 6
+
+
+def watch_parent(
+    on_gone: Callable[[], object],
+    keep_watching: Callable[[], bool] = lambda: True,
+    interval: float = 1.0,
+) -> threading.Thread:
+    """Call ``on_gone()`` once, in a thread of its own, when this process's parent is gone
+    (killed with SIGKILL: the process was handed to another parent), looking every
+    ``interval`` seconds while ``keep_watching()``."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while keep_watching():
+            time.sleep(interval)  # a parent's death sends no event to wait on
+            if os.getppid() != parent:
+                on_gone()
+                return
+
+    thread = threading.Thread(target=watch, name="iq-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def host_name() -> str:

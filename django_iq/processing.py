@@ -229,21 +229,23 @@ class Processor:
 
     def give_up(self, watch: Watch) -> None:
         """Fail a run stuck past its timeout's grace period as timed out, in place of its
-        thread: the claim's successes go first, then the failure deletes the claim's lock, so
-        the claim's other entries are free for any worker. Called by the watchdog once it has
-        taken the run from its thread."""
+        thread (its attempt counts), keeping the claim's lock: the run goes on until its process
+        exits, so the claim's entries and group start again only once whoever releases the
+        lock knows the run is over. Called once the watchdog has taken the run from its thread.
+        """
         entry = watch.entry
-        claim, written, started_at = watch.context
+        claim, _, started_at = watch.context
         exc = JobTimeout(
             f"{watch.message()} It had not returned {iq_settings.TIMEOUT_GRACE_SECONDS:g} s "
             "after JobTimeout was raised in it (blocked outside Python code), so it was given "
-            "up and its worker process replaced."
+            "up and its worker process exited at once, to be replaced."
         )
         try:
             job: Job[Any, Any] | None = get_job(entry.job_name)
         except JobNotRegistered:
             job = None
-        self._failed(entry, claim.lock_id, written, job, exc, started_at=started_at)
+        self._log_failure(entry, exc, job, final=False)
+        self._record_failure(entry, claim.lock_id, job, exc, started_at=started_at, keep_lock=True)
 
     def _failed(
         self,
@@ -352,6 +354,7 @@ class Processor:
         *,
         final: bool = False,
         started_at: datetime | None = None,
+        keep_lock: bool = False,
     ) -> EntryError:
         refresh_connections()
         now = timezone.now()
@@ -378,6 +381,7 @@ class Processor:
                     now=now,
                     jobs=catalog,
                     started_at=started_at,
+                    keep_lock=keep_lock,
                 ),
                 "fail",
                 retry_if=is_transient,

@@ -20,14 +20,13 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from django.utils import autoreload
 
-from django_iq.process import STOP_SIGNALS
+from django_iq.process import STOP_SIGNALS, watch_parent
 from django_iq.registry import autodiscover
 from django_iq.worker import WorkerProcess
 
@@ -81,7 +80,6 @@ class _Reload:
         self.codes: list[int] = []
         self.thread = threading.Thread(target=self._run_worker, name="iq-worker", daemon=True)
         self._lock = threading.Lock()
-        self._parent = os.getppid()
 
     def _run_worker(self) -> None:
         try:
@@ -99,16 +97,15 @@ class _Reload:
                 if self.codes or self.changed is not None or self.worker.stopping.is_set():
                     self.reloader.stop()
 
-    def _watch_parent(self) -> None:
-        while self.thread.is_alive() or not self.reloader.should_stop:
-            time.sleep(PARENT_CHECK_SECONDS)  # a parent's death sends no event to wait on
-            if os.getppid() != self._parent:
-                logger.warning("the reloading parent is gone: stopping the worker")
-                with self._lock:
-                    self.worker.stop()
-                    if not self.thread.is_alive():
-                        self.reloader.stop()
-                return
+    def _parent_gone(self) -> None:
+        logger.warning("the reloading parent is gone: stopping the worker")
+        with self._lock:
+            self.worker.stop()
+            if not self.thread.is_alive():
+                self.reloader.stop()
+
+    def _watching(self) -> bool:
+        return self.thread.is_alive() or not self.reloader.should_stop
 
     def on_file_changed(self, sender: Any, file_path: Any, **kwargs: Any) -> bool:
         with self._lock:
@@ -130,7 +127,7 @@ class _Reload:
             with contextlib.suppress(Exception):
                 autoreload.check_errors(autodiscover)()
             self.thread.start()
-            threading.Thread(target=self._watch_parent, name="iq-parent", daemon=True).start()
+            watch_parent(self._parent_gone, self._watching, PARENT_CHECK_SECONDS)
             self.reloader.run(self.thread)
             self.thread.join()
         finally:

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import time
+from functools import partial
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -24,6 +25,7 @@ from django_iq.process import (
     host_name,
     new_instance,
     process_name,
+    watch_parent,
 )
 from django_iq.worker import WorkerProcess
 
@@ -33,9 +35,11 @@ logger = logging.getLogger(__name__)
 class Supervisor(IQProcess):
     """Runs ``processes`` worker processes, restarting any that crash, and replacing at once
     any that exit to be recycled (``--max-jobs-per-child``, ``--max-memory-per-child``) or
-    that gave up a job stuck past its timeout (``EXIT_STUCK``).
+    that gave up a job stuck past its timeout (``EXIT_STUCK``, once the database sessions it
+    left open are ended and it is marked dead).
 
-    Children are forked after database connections are closed. SIGTERM/SIGINT are passed on to
+    Children are forked after database connections are closed; each stops gracefully if it
+    finds the supervisor gone. SIGTERM/SIGINT are passed on to
     the children; a second signal is passed on too, which stops them at once. The supervisor
     keeps no ``Worker`` row of its own: each child registers itself.
     """
@@ -103,15 +107,20 @@ class Supervisor(IQProcess):
                     logger.info("worker process recycled index=%s pid=%s", index, child.pid)
                     self._start(index)
                     continue
-                if child.exitcode == EXIT_STUCK and not self.stopping.is_set():
-                    # It gave up a job stuck past its timeout and marked itself stopped.
-                    logger.warning(
-                        "worker process replaced index=%s pid=%s: a job was stuck past its timeout",
-                        index,
-                        child.pid,
-                    )
-                    self._start(index)
-                    continue
+                if child.exitcode == EXIT_STUCK:
+                    # It exited at once with a job stuck past its timeout, holding its locks:
+                    # now that it is gone they go to recovery, once the database sessions it
+                    # left open are ended (a statement of the job may still run in the server).
+                    _mark_dead(self.child_names.get(index))
+                    if not self.stopping.is_set():
+                        logger.warning(
+                            "worker process replaced index=%s pid=%s: a job was stuck past its "
+                            "timeout",
+                            index,
+                            child.pid,
+                        )
+                        self._start(index)
+                        continue
                 if self.stopping.is_set() or (
                     self.burst and child.exitcode in (EXIT_OK, EXIT_RECYCLE)
                 ):
@@ -144,7 +153,15 @@ def _child_main(burst: bool, worker_options: dict[str, Any]) -> None:
     process = WorkerProcess(burst=burst, **worker_options)
     process.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    watch_parent(partial(_orphaned, process), lambda: not process.stopping.is_set())
     raise SystemExit(process.run(install_signal_handlers=False))
+
+
+def _orphaned(process: WorkerProcess) -> None:
+    """The supervisor is gone (killed with SIGKILL): stop the way SIGTERM does, so that no
+    worker runs on unsupervised (a restarted supervisor starts children of its own)."""
+    logger.warning("the supervisor is gone: stopping name=%s", process.name)
+    process.stop()
 
 
 def _mark_dead(name: str | None) -> None:

@@ -7,7 +7,7 @@ import os
 import queue as queue_module
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psutil
@@ -33,10 +33,14 @@ from django_iq.process import (
 from django_iq.processing import Processor
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
+from django_iq.stuck import SessionTracker
 from django_iq.timeouts import Watch, Watchdog
 from django_iq.wakeup import Listener, Wakeups, listening_supported
 
 logger = logging.getLogger(__name__)
+
+# How long a process with a stuck run takes, at most, to write what it can before it exits.
+STUCK_EXIT_SECONDS = 2.0
 
 
 class WorkerProcess(IQProcess):
@@ -119,6 +123,8 @@ class WorkerProcess(IQProcess):
         # Times jobs out; a job stuck past its timeout's grace period stops this process.
         self.watchdog = Watchdog(iq_settings.TIMEOUT_GRACE_SECONDS, self._on_stuck)
         self.stuck = False
+        # This process's connections to the queue's database, named if it exits with a run stuck.
+        self.sessions = SessionTracker(router.db_for_write(Worker))
         # Registered jobs with caps or rate limits, claimed under them (set by run()).
         self.limited_jobs: dict[str, JobLimits] = {}
 
@@ -128,7 +134,7 @@ class WorkerProcess(IQProcess):
         """Claims this worker may take now: processing threads neither running a claim nor
         already promised a queued one, plus the prefetch; none while too many successes wait
         for the ack writer (the database is slow or away, and every one of them holds a lock)."""
-        if self.acks.pending() >= self.ack_backlog_limit:
+        if self.stuck or self.acks.pending() >= self.ack_backlog_limit:
             return 0
         capacity = self.processing_threads + (self.prefetch() if prefetch else 0)
         idle = max(0, capacity - self._busy - self.handover.qsize())
@@ -200,6 +206,13 @@ class WorkerProcess(IQProcess):
     def run(self, install_signal_handlers: bool = True) -> int:
         """Run until stopped (or, with ``burst``, until nothing is claimable); return the exit code."""
         self.maybe_install_signal_handlers(install_signal_handlers)
+        self.sessions.start()
+        try:
+            return self._run()
+        finally:
+            self.sessions.stop()
+
+    def _run(self) -> int:
         autodiscover()
         if self.job_names is None:
             # What this process can run: it claims entries of these jobs only, so an entry of
@@ -287,7 +300,17 @@ class WorkerProcess(IQProcess):
             "stopping name=%s signal=%s grace_seconds=%s", self.name, signum, self.grace_seconds
         )
 
+    def mark_stopped(self, before: Callable[[], object] | None = None) -> None:
+        """Mark the row stopped, unless a run is stuck: the process is then exiting at once
+        (``_on_stuck``), and its locks must stay until it is known to be gone, so the calling
+        thread waits for that exit."""
+        if self.stuck:
+            threading.Event().wait()
+        super().mark_stopped(before)
+
     def on_second_stop_request(self, signum: int) -> None:
+        if self.stuck:
+            return  # the watchdog is ending the process already
         logger.warning("stopping at once name=%s signal=%s", self.name, signum)
         self.acks.close(timeout=2.0)  # successes already in hand: write them if it is quick
         self._heartbeats_end.set()
@@ -331,8 +354,6 @@ class WorkerProcess(IQProcess):
             abandoned,
         )
         self.watchdog.stop()
-        if self.stuck:
-            return EXIT_STUCK
         if abandoned:
             return EXIT_ABANDONED
         return EXIT_RECYCLE if self.recycling else EXIT_OK
@@ -478,13 +499,19 @@ class WorkerProcess(IQProcess):
 
     def _on_stuck(self, watch: Watch) -> None:
         """A job went on ``TIMEOUT_GRACE_SECONDS`` past its timeout (blocked in C code, where
-        ``JobTimeout`` cannot reach it): fail its entry as timed out, free its claim, stop
-        claiming, and exit (``EXIT_STUCK``) once the other jobs finish, within the grace period,
-        so that the supervisor starts a fresh process. Runs in the watchdog thread."""
-        claim = watch.context[0]
+        ``JobTimeout`` cannot reach it): exit at once (``EXIT_STUCK``), for the supervisor to
+        start a fresh process. Runs in the watchdog thread.
+
+        The run cannot be stopped, only ended with its process, so nothing it holds is
+        released here: its entry's and group's lock stays until its process is gone and its
+        database sessions are over (``_settle_stuck`` names them in the ``Worker`` row), as
+        whoever releases it knows (the supervisor seeing the exit, or recovery finding the
+        process dead). The other runs of the process are cut with it; their entries are retried
+        as when a worker dies, each attempt counted.
+        """
         logger.error(
             "job stuck past its timeout entry=%s job=%s timeout=%ss grace=%ss: giving it up; "
-            "stopping name=%s to be replaced (exit status %s)",
+            "exiting at once name=%s to be replaced (exit status %s)",
             watch.entry.pk,
             watch.entry.job_name,
             watch.seconds,
@@ -492,19 +519,44 @@ class WorkerProcess(IQProcess):
             self.name,
             EXIT_STUCK,
         )
+        # Claiming stops; the process is not stopped the graceful way, which would mark it
+        # stopped (its locks orphans) while the run may still act.
         self.stuck = True
-        # The run counts as a failure that lasted until now, flushed before the process exits.
-        started = watch.deadline - watch.seconds
-        self.tally.add(claim.queue, watch.entry.job_name, time.monotonic() - started, ok=False)
-        self.grace_seconds = min(self.grace_seconds, float(iq_settings.TIMEOUT_GRACE_SECONDS))
-        self.stop()
+        self.wakeups.wake_all()
+        settled = threading.Thread(
+            target=self._settle_stuck, args=(watch,), name="iq-stuck", daemon=True
+        )
+        settled.start()
+        settled.join(STUCK_EXIT_SECONDS)
+        if settled.is_alive():
+            logger.error("exiting before the stuck run was settled name=%s", self.name)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(EXIT_STUCK)
+
+    def _settle_stuck(self, watch: Watch) -> None:
+        """Before the process exits: name its open database sessions in its ``Worker`` row
+        (first: a statement blocked in the server must be ended before the lock goes), count the
+        stuck run's attempt as timed out, release claims not started, and write the successes
+        already in hand. Each step is a transaction of its own; those not done in time are left
+        to recovery."""
+        claim = watch.context[0]
         try:
+            # This thread's connection is opened first, so it is named too; then no other
+            # thread of this process opens one that could not be named.
+            refresh_connections()
+            connections[self.sessions.db].ensure_connection()
+            self.sessions.close_to_others()
+            if self.worker is not None:
+                Worker.objects.record_sessions(self.worker, self.sessions.open_ids())
             Processor(self.name, self.acks).give_up(watch)
-        finally:
-            connections.close_all()
-            self._released(claim)
-            with self._busy_lock:
-                self.failed += 1
+            started = watch.deadline - watch.seconds
+            self.tally.add(claim.queue, watch.entry.job_name, time.monotonic() - started, ok=False)
+            self._release_unstarted()
+            self.acks.close(timeout=STUCK_EXIT_SECONDS / 2)
+            self.tally.flush()
+        except Exception:  # safe: the process exits anyway; recovery counts what was not written
+            logger.exception("could not settle the stuck run entry=%s", watch.entry.pk)
 
     def _heartbeat_loop(self) -> None:
         if self.worker is None:

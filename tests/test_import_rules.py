@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "processing",
             "reloading",
             "scheduling",
+            "stuck",
             "supervisor",
             "timeouts",
             "wakeup",

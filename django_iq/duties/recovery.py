@@ -58,6 +58,10 @@ def diagnose(lock: GroupLock, heartbeat_margin: timedelta) -> Stuck | None:
     if worker is None:
         return Stuck(f"Lock {lock.pk} has no worker: its worker stopped or was removed.")
     if worker.stopped_at is not None:
+        if worker.sessions:
+            # Its process left database sessions open (a run stuck past its timeout): a
+            # statement of the run may still be going on in the server until they are ended.
+            return None
         if worker.died:
             return Stuck(
                 f"Worker {worker.name} was found dead: last heartbeat at "
@@ -90,6 +94,7 @@ class RecoveryDuty:
     def run_once(self, now: datetime, fence: Fence) -> RecoveryPass:
         result = RecoveryPass()
         self._declare_silent_workers_dead(fence, result)
+        self._end_sessions_of_dead_workers(result)
         # Two heartbeats' grace between taking a lock and having to report it.
         margin = timedelta(seconds=2 * iq_settings.HEARTBEAT_INTERVAL_SECONDS)
         for lock in GroupLock.objects.select_related("worker").order_by("key"):
@@ -131,6 +136,21 @@ class RecoveryDuty:
                 logger.warning("worker declared dead name=%s silent_after=%ss", name, silent_after)
             else:
                 logger.info("worker is alive again name=%s", name)
+
+    def _end_sessions_of_dead_workers(self, result: RecoveryPass) -> None:
+        """End the database sessions that stopped workers' processes left open, so that their
+        locks can be released: until then a statement of theirs may still commit."""
+        for worker in Worker.objects.filter(died=True).exclude(sessions=[]):
+            try:
+                over = Worker.objects.end_sessions(worker, wait_seconds=5.0)
+            except Exception as exc:  # one row it cannot handle must not stop the pass
+                logger.exception("recovery could not end the sessions of worker=%s", worker.name)
+                result.skipped[f"sessions:{worker.name}"] = _describe(exc)
+                continue
+            if over:
+                logger.info("ended the database sessions of worker=%s", worker.name)
+            else:
+                logger.warning("database sessions of worker=%s still running", worker.name)
 
     def _recover(
         self, lock_id: int, entry_id: int | None, margin: timedelta, now: datetime, fence: Fence

@@ -215,10 +215,15 @@ class EntryOutcomeManager(models.Manager["Entry"]):
         now: datetime | None = None,
         jobs: JobCatalog | None = None,
         started_at: datetime | None = None,
+        keep_lock: bool = False,
     ) -> EntryError:
         """Record a failed attempt (its run started at ``started_at``); retry at ``retry_at``
         (``initial``) or, if None or attempts are used up, remove the entry and leave a final
-        error record. One transaction."""
+        error record. One transaction.
+
+        ``keep_lock``: the claim's lock ``lock_id`` stays, pointing at no entry in flight (its
+        release counts no further attempt): the run was given up but may not be over yet, so its
+        group must not start elsewhere until whoever releases the lock knows it is."""
         now = now or timezone.now()
         db = router.db_for_write(self.model)
         failure = Failure(
@@ -235,7 +240,10 @@ class EntryOutcomeManager(models.Manager["Entry"]):
             # The entry's row first, as every writer of several rows does (``lock_in_order``).
             lock_in_order(self._on(db), [entry.pk])
             error = self.end_attempt(entry, failure, now=now, using=db, jobs=jobs)
-            self._let_go(db, entry, lock_id)
+            if keep_lock and lock_id is not None:
+                iq.GroupLock.objects.using(db).filter(pk=lock_id).update(entry_id=None)
+            else:
+                self._let_go(db, entry, lock_id)
             return error
 
         return atomic_retrying(db, write, "fail")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ from django.db.models.functions import Now
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.exceptions import ProcessNameTaken
-from django_iq.queries import db_now_plus
+from django_iq.queries import db_now_plus, end_sessions, named_sessions, sessions_left
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -141,8 +142,40 @@ class WorkerManager(models.Manager["Worker"]):
 
     def mark_process_dead(self, name: str) -> int:
         """Mark the worker of a process known to have died (its supervisor saw it exit), found
-        by its unique name: host and pid alone are shared by processes in containers."""
-        return self.mark_stopped(self.filter(name=name), died=True)
+        by its unique name (host and pid alone are shared by processes in containers), once
+        the sessions it left open are over (``end_sessions``); return how many were marked.
+        A worker whose sessions are not over yet is left running, for recovery to find silent.
+        """
+        workers = self.filter(name=name, stopped_at__isnull=True)
+        over = [worker.pk for worker in workers if self.end_sessions(worker)]
+        return self.mark_stopped(self.filter(pk__in=over), died=True)
+
+    def record_sessions(self, worker: Worker, ids: list[int]) -> list[list[Any]]:
+        """Name the database sessions ``worker``'s process leaves open as it exits at once
+        (server ids of its connections, see ``django_iq.stuck``); return them."""
+        db = router.db_for_write(self.model)
+        sessions = named_sessions(db, ids)
+        self.using(db).filter(pk=worker.pk).update(sessions=sessions)
+        return sessions
+
+    def end_sessions(self, worker: Worker, wait_seconds: float = 10.0) -> bool:
+        """End in the server the sessions a dead worker's process left open (their statements
+        stop, their transactions roll back), and wait up to ``wait_seconds`` for them to be
+        gone; return whether they are (then they are forgotten). Called only once the process
+        is known to be gone: its supervisor saw it exit, or it was declared dead."""
+        if not worker.sessions:
+            return True
+        db = router.db_for_write(self.model)
+        sessions = [list(session) for session in worker.sessions]
+        end_sessions(db, sessions)
+        deadline = time.monotonic() + wait_seconds
+        while (sessions := sessions_left(db, sessions)) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a backend told to end takes a moment to exit
+        if sessions:
+            return False
+        self.using(db).filter(pk=worker.pk).update(sessions=[])
+        worker.sessions = []
+        return True
 
     def silent(self, silent_after_seconds: float) -> models.QuerySet[Worker]:
         """Running workers whose last heartbeat is older than ``silent_after_seconds``."""

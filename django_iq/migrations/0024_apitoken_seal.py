@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_iq', '0022_cron_ended'),
+        ('django_iq', '0023_worker_sessions'),
     ]
 
     operations = [

@@ -1,6 +1,6 @@
 """Vendor-specific SQL, named and kept in one place, with one dispatch on ``connection.vendor``.
 
-By what it serves: ``claim``, ``enqueue``, ``complete`` and ``maintenance``, over the
+By what it serves: ``claim``, ``enqueue``, ``complete``, ``maintenance`` and ``sessions``, over the
 helpers of ``common``. Callers import from ``django_iq.queries``."""
 
 from django_iq.queries.claim import (
@@ -53,12 +53,25 @@ from django_iq.queries.maintenance import (
     upsert_add,
     vacuum,
 )
+from django_iq.queries.sessions import (
+    BACKEND_STARTS_POSTGRESQL,
+    BACKENDS_LEFT_POSTGRESQL,
+    CONNECTIONS_LEFT_MYSQL,
+    TERMINATE_POSTGRESQL,
+    end_sessions,
+    named_sessions,
+    session_id,
+    sessions_left,
+)
 
 __all__ = [
+    "BACKENDS_LEFT_POSTGRESQL",
+    "BACKEND_STARTS_POSTGRESQL",
     "CLAIM_POSTGRESQL",
     "COMPLETE_OUTCOMES_POSTGRESQL",
     "COMPLETE_POSTGRESQL",
     "COMPLETE_WINDOWS_POSTGRESQL",
+    "CONNECTIONS_LEFT_MYSQL",
     "COPY_ENQUEUE_MIN_ROWS",
     "DEAD_ROWS_POSTGRESQL",
     "ENQUEUE_CHECKS_POSTGRESQL",
@@ -70,6 +83,7 @@ __all__ = [
     "JOIN_BATCH_POSTGRESQL",
     "NOTIFY_CHANNEL",
     "TAKE_UNIQUE_KEY_ON_CONFLICT",
+    "TERMINATE_POSTGRESQL",
     "UPSERT_ADD_DUPLICATE_KEY",
     "UPSERT_ADD_ON_CONFLICT",
     "OutcomeDone",
@@ -80,14 +94,18 @@ __all__ = [
     "complete_in_one_statement",
     "db_now_plus",
     "dead_rows",
+    "end_sessions",
     "enqueue_by_copy",
     "enqueue_in_one_statement",
     "estimated_row_count",
     "insert_group_locks",
     "join_batch",
     "lock_live_worker",
+    "named_sessions",
     "notifications_on",
     "notify_ready",
+    "session_id",
+    "sessions_left",
     "snapshot_reads",
     "supports_single_statement_claim",
     "supports_single_statement_complete",

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import signal
+import time
 
+import psutil
 import pytest
 
 from django_iq import enqueue_many
-from django_iq.models import Entry, GroupLock
+from django_iq.models import Entry, EntryError, GroupLock, Worker
+from tests.conftest import wait_until
 from tests.processes import finish, start_command
 from tests.testapp.jobs import record
 from tests.testapp.models import JobRun
@@ -34,3 +40,47 @@ def test_three_worker_processes_share_the_work_and_run_each_entry_once() -> None
     )
     assert all(nxt[0] >= prev[1] for prev, nxt in itertools.pairwise(serial))
     assert Entry.objects.count() == 0 and GroupLock.objects.count() == 0
+
+
+def test_supervised_children_stop_gracefully_once_their_supervisor_is_killed() -> None:
+    enqueue_many(record, [((f"orphan-{i}",), {"seconds": 0.5}) for i in range(6)])
+    supervisor = start_command("runworker", "--processes", "2", "--threads", "1")
+    children = wait_until(
+        lambda: (
+            [
+                pid
+                for pid in Worker.objects.filter(stopped_at__isnull=True).values_list(
+                    "pid", flat=True
+                )
+                if psutil.Process(pid).ppid() == supervisor.pid
+            ]
+            if Worker.objects.filter(stopped_at__isnull=True).count() == 2
+            else []
+        ),
+        message="two supervised children",
+    )
+    wait_until(lambda: JobRun.objects.exists(), message="the children at work")
+
+    os.kill(supervisor.pid, signal.SIGKILL)  # the supervisor alone, not its process group
+    killed_at = time.monotonic()
+    supervisor.process.wait()
+
+    try:
+        wait_until(lambda: all(gone(pid) for pid in children), timeout=10, message="children exit")
+    finally:  # children left running must not outlive the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(supervisor.pid, signal.SIGKILL)
+    assert time.monotonic() - killed_at < 6.0, "each child saw its parent gone within seconds"
+    stopped = Worker.objects.filter(pid__in=children)
+    assert stopped.count() == 2
+    assert all(w.stopped_at is not None and not w.died for w in stopped), "marked stopped"
+    assert not GroupLock.objects.exists(), "the jobs running finished, the rest released"
+    assert not EntryError.objects.exists(), "no run was cut"
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie waits only for its new parent to reap it)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

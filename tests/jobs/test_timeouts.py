@@ -1,27 +1,22 @@
 """Job timeouts, run by a real worker on the test database: ``JobTimeout`` raised at the
-deadline, retried per policy; a job blocked in C given up after the grace period, its worker
-exiting with ``EXIT_STUCK`` and nothing left locked (docs/howto/timeouts.md)."""
+deadline, retried per policy (docs/howto/timeouts.md). A job blocked in C past the grace period
+makes its process exit at once: tests/concurrency/test_timeouts_any_database.py and
+test_stuck_runs_processes.py run that case in worker processes of their own."""
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from django.test import override_settings
-from django.utils import timezone
 
 from django_iq import job
 from django_iq.exceptions import InvalidJobOptions, JobTimeout
-from django_iq.managers.jobstats import QUANTILE_RELATIVE_ERROR
-from django_iq.models import Entry, EntryError, GroupLock, JobMinute
-from django_iq.process import EXIT_OK, EXIT_STUCK
+from django_iq.models import Entry, EntryError, GroupLock
 from django_iq.worker import WorkerProcess
 from tests.factories import attempt_errors
 from tests.testapp.jobs import (
-    blocks_in_c,
     catches_exceptions,
     overruns,
     overruns_async,
@@ -91,68 +86,6 @@ def test_a_coroutine_past_its_timeout_is_cancelled_with_job_timeout() -> None:
 
     assert time.monotonic() - started < 10
     assert errors(overruns_async.name) == [(1, TIMEOUT, True)]
-
-
-# On CPython 3.11 a thread running under a trace function (coverage, a debugger) stalls while
-# an exception raised into another thread waits for that thread to leave a C call: the in-process
-# runs below would measure the tracer. tests/concurrency/test_timeouts_processes.py runs the
-# same cases in worker processes of their own.
-UNDER_A_TRACER_ON_311 = pytest.mark.skipif(
-    sys.version_info < (3, 12) and sys.gettrace() is not None,
-    reason="CPython 3.11 stalls traced threads while a raised exception waits on a C call",
-)
-
-
-@UNDER_A_TRACER_ON_311
-@override_settings(DJANGO_IQ={"TIMEOUT_GRACE_SECONDS": 0.5})
-def test_a_job_blocked_in_c_is_given_up_after_the_grace_period_and_its_worker_exits() -> None:
-    entry = blocks_in_c.using(max_attempts=1).enqueue("blocked", 4)
-    record.enqueue("bystander")
-    worker = WorkerProcess(processing_threads=2, shutdown_grace_seconds=30)
-    outcome: list[int] = []
-    thread = threading.Thread(target=lambda: outcome.append(worker.run(False)))
-    started = time.monotonic()
-    thread.start()
-    thread.join(15)
-
-    assert outcome == [EXIT_STUCK], "the worker exits to be replaced"
-    assert time.monotonic() - started < 3.5, "0.3 s timeout + 0.5 s grace, not the 4 s sleep"
-    error = EntryError.objects.get(entry_id=entry.pk)
-    assert (error.exception_class, error.is_final) == (TIMEOUT, True)
-    assert "given up" in error.message
-    assert not GroupLock.objects.exists(), "nothing is left locked"
-    assert not Entry.objects.exists()
-    assert JobRun.objects.filter(token="bystander").exists()
-    # The run given up counts as a failure that lasted the timeout and the grace period.
-    (stats,) = [
-        s for s in JobMinute.objects.last_hour(timezone.now()) if s.job_name == entry.job_name
-    ]
-    assert (stats.runs, stats.failed) == (1, 1)
-    assert stats.p50_seconds is not None
-    assert stats.p50_seconds >= 0.8 * (1 - QUANTILE_RELATIVE_ERROR)
-    # The blocked thread wakes later: the JobTimeout reaches the job as its C call returns, and
-    # the worker writes nothing more for the entry it gave up.
-    time.sleep(4)
-    assert EntryError.objects.count() == 1
-    assert RecordedRun.objects.get(token="blocked").finished_at is None
-
-
-@UNDER_A_TRACER_ON_311
-def test_a_stuck_claims_other_entries_go_back_for_another_worker() -> None:
-    with override_settings(DJANGO_IQ={"TIMEOUT_GRACE_SECONDS": 0.3}):
-        stuck = blocks_in_c.using(group_key="g", max_attempts=1).enqueue("first", 2)
-        after = record.using(group_key="g").enqueue("second")
-        assert WorkerProcess(processing_threads=1).run(install_signal_handlers=False) == EXIT_STUCK
-        assert not Entry.objects.filter(pk=stuck.pk).exists()
-        assert Entry.objects.get(pk=after.pk).state == "pending"
-        assert not GroupLock.objects.exists()
-        time.sleep(2)  # the blocked thread wakes: it must not run the claim's next entry
-        assert not JobRun.objects.exists()
-
-    assert WorkerProcess(burst=True, processing_threads=1).run(install_signal_handlers=False) == (
-        EXIT_OK
-    )
-    assert JobRun.objects.filter(token="second").exists()
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, "30", float("nan"), float("inf"), 400 * 86_400])

@@ -422,3 +422,39 @@ def raises_recorded(token: str, message: str) -> None:
         token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
     )
     raise ValueError(message)
+
+
+def _append_line(path: str, line: str) -> None:
+    """Append one line to ``path`` in one write (O_APPEND: lines of processes do not mix)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@job(timeout=1, max_attempts=2, backoff_base_seconds=0)
+def sleeps_in_one_statement(token: str, seconds: float, path: str) -> str:
+    """Blocks in one database statement that sleeps ``seconds`` (on its first run; 0.1 s on a
+    retry) and then writes a ``JobRun`` row, so the row's ``finished_at`` is when the statement
+    ended in the server. Start and end (once the statement returned) are appended to ``path``:
+    the database write is what blocks, so the file is the job's own record."""
+    from django.db import connection
+
+    pid = os.getpid()
+    first = f"start {token} " not in (Path(path).read_text() if Path(path).exists() else "")
+    _append_line(path, f"start {token} {pid} {time.time()!r}")
+    sleep = "pg_sleep(%s)" if connection.vendor == "postgresql" else "SLEEP(%s)"
+    now = (
+        "EXTRACT(EPOCH FROM clock_timestamp())"
+        if connection.vendor == "postgresql"
+        else "UNIX_TIMESTAMP(SYSDATE(6))"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {JobRun._meta.db_table} (token, group_key, started_at, finished_at, pid) "  # noqa: S608
+            f"SELECT %s, %s, %s, {now}, %s FROM (SELECT {sleep} AS slept) AS s",
+            [f"{token}:{pid}", token, time.time(), pid, seconds if first else 0.1],
+        )
+    _append_line(path, f"end {token} {pid} {time.time()!r}")
+    return token
