@@ -61,26 +61,43 @@ def cut_traceback(text: str) -> str:
 
 
 def exception_text(exc: BaseException) -> str:
-    """``str(exc)``, or, when that raises (a broken ``__str__``, or one returning something
-    other than text), a placeholder saying why: a failure must be recorded whatever its
-    exception does."""
+    """``str(exc)`` as plain text, or, when that raises (a broken ``__str__``, one returning
+    something other than text, or one raising ``SystemExit``), a placeholder saying why: a
+    failure must be recorded whatever its exception does. A ``str`` subclass is copied to a
+    plain ``str``, so none of its own methods runs while the failure is recorded."""
     try:
-        return str(exc)
-    except Exception as error:  # the exception's own code: anything may go wrong in it
-        return f"<exception text could not be read: {type(error).__name__}: {_safe(error)}>"
+        return _plain(str(exc))
+    except BaseException as error:  # the exception's own code: anything may happen in it
+        return f"<exception text could not be read: {_class_of(error)}: {_safe(error)}>"
+
+
+def _plain(text: str) -> str:
+    """``text`` as an exact ``str`` (a subclass's comparisons or length could raise)."""
+    return text if type(text) is str else str.__str__(text)
 
 
 def _safe(error: BaseException) -> str:
     try:
-        return str(error)[:200]
-    except Exception:  # the placeholder's own detail is not worth a second failure
+        return _plain(str(error))[:200]
+    except BaseException:  # the placeholder's own detail is not worth a second failure
+        return "?"
+
+
+def _class_of(error: BaseException) -> str:
+    try:
+        return _plain(type(error).__name__)
+    except BaseException:  # a metaclass whose name cannot be read
         return "?"
 
 
 def exception_class_name(exc: BaseException) -> str:
-    """The dotted name ``exc``'s class is recorded under."""
+    """The dotted name ``exc``'s class is recorded under (a placeholder when its class's
+    module or name cannot be read as text)."""
     kind = type(exc)
-    return f"{kind.__module__}.{kind.__qualname__}"
+    try:
+        return f"{_plain(kind.__module__)}.{_plain(kind.__qualname__)}"
+    except BaseException:  # a metaclass that makes __module__ or __qualname__ odd
+        return "<exception class name could not be read>"
 
 
 def format_failure(exc: BaseException) -> tuple[str, str]:
@@ -90,8 +107,8 @@ def format_failure(exc: BaseException) -> tuple[str, str]:
     message = exception_text(exc)
     short = cut_message(message)
     try:
-        text = "".join(tb.format_exception(exc))
-    except Exception:  # the traceback module calls the exception's code too (notes, repr)
+        text = _plain("".join(tb.format_exception(exc)))
+    except BaseException:  # the traceback module calls the exception's code too (notes, repr)
         text = f"{exception_class_name(exc)}: {message}\n"
     if short != message:
         text = text.replace(message, short)

@@ -22,6 +22,7 @@ from django.db import InterfaceError, OperationalError, connections
 
 from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidProcessName
+from django_iq.limits import text_problem
 from django_iq.models import Worker
 
 logger = logging.getLogger(__name__)
@@ -77,17 +78,35 @@ def host_name() -> str:
     return os.environ.get("DJANGO_IQ_HOST_NAME") or socket.gethostname()
 
 
+# The longest node name a Worker row keeps (its ``host`` column).
+MAX_HOST_LENGTH = 255
+
+
 def check_name(name: str | None) -> str:
     """Return the prefix of a process's name: ``name``, or the node name when none is given.
-    Raise ``InvalidProcessName`` when it is longer than ``MAX_NAME_LENGTH`` characters."""
-    prefix = name or host_name()
-    if len(prefix) > MAX_NAME_LENGTH:
-        given = "name" if name else "node name (DJANGO_IQ_HOST_NAME or the host name)"
-        raise InvalidProcessName(
-            f"The {given} is {len(prefix)} characters long; at most {MAX_NAME_LENGTH} are "
-            f"allowed: {prefix[:40]!r}..."
-        )
+    Raise ``InvalidProcessName`` when it, or the node name the row also keeps, is too long or
+    is not printable text (NUL, a lone surrogate from bytes that are not UTF-8, a control
+    character), before anything is written."""
+    host = host_name()
+    node = "node name (DJANGO_IQ_HOST_NAME or the host name)"
+    _check_text(host, node, MAX_HOST_LENGTH)
+    prefix = name or host
+    _check_text(prefix, "name" if name else node, MAX_NAME_LENGTH)
     return prefix
+
+
+def _check_text(text: str, given: str, limit: int) -> None:
+    if len(text) > limit:
+        raise InvalidProcessName(
+            f"The {given} is {len(text)} characters long; at most {limit} are "
+            f"allowed: {text[:40]!a}..."
+        )
+    problem = text_problem(text)
+    if problem is None and not text.isprintable():
+        position = next(i for i, character in enumerate(text) if not character.isprintable())
+        problem = f"has a control character at position {position}"
+    if problem is not None:
+        raise InvalidProcessName(f"The {given} {text[:60]!a} {problem}; use printable text.")
 
 
 def new_instance() -> str:

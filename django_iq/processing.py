@@ -312,7 +312,21 @@ class Processor:
         self, entry: Entry, exc: BaseException, job: Job[Any, Any] | None, *, final: bool
     ) -> None:
         """A failure that will be retried is a WARNING without traceback (the error record has
-        it); the last attempt, or an unregistered job, is an ERROR with the traceback."""
+        it); the last attempt, or an unregistered job, is an ERROR with the traceback. Whatever
+        the exception's own code does while it is logged, the failure is still recorded."""
+        try:
+            self._log_failure_as_is(entry, exc, job, final=final)
+        except BaseException:  # the exception's code ran in the logging: a line of our own
+            logger.error(
+                "job raised entry=%s job=%s queue=%s: its exception could not be logged",
+                entry.pk,
+                entry.job_name,
+                entry.queue_id,
+            )
+
+    def _log_failure_as_is(
+        self, entry: Entry, exc: BaseException, job: Job[Any, Any] | None, *, final: bool
+    ) -> None:
         options = job.options if job is not None else JobOptions()
         will_retry = entry.attempts + 1 < entry.max_attempts and not final and options.retries(exc)
         if isinstance(exc, JobNotRegistered):

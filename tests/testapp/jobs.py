@@ -458,3 +458,55 @@ def sleeps_in_one_statement(token: str, seconds: float, path: str) -> str:
         )
     _append_line(path, f"end {token} {pid} {time.time()!r}")
     return token
+
+
+class _TouchyText(str):
+    """Text whose comparisons and length raise: what a broken ``__str__`` may return."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("this text cannot be compared")
+
+    def __ne__(self, other: object) -> bool:
+        raise RuntimeError("this text cannot be compared")
+
+    def __len__(self) -> int:
+        raise RuntimeError("this text has no length")
+
+    __hash__ = str.__hash__
+
+
+class TouchyTextError(Exception):
+    def __str__(self) -> str:
+        return _TouchyText("touchy text")
+
+
+class ExitingTextError(Exception):
+    def __str__(self) -> str:
+        raise SystemExit("__str__ exits")
+
+
+class _UnnamedMeta(type):
+    @property
+    def __module__(cls) -> str:  # type: ignore[override]
+        raise RuntimeError("this class has no module")
+
+
+class UnnamedError(Exception, metaclass=_UnnamedMeta):
+    pass
+
+
+ODD_EXCEPTIONS: dict[str, type[Exception]] = {
+    "touchy_text": TouchyTextError,
+    "exiting_text": ExitingTextError,
+    "unnamed_class": UnnamedError,
+}
+
+
+@job(max_attempts=2, backoff_base_seconds=0)
+def raises_odd(token: str, kind: str) -> None:
+    """Record this run (one JobRun per run), then raise an exception of ``kind`` whose text or
+    class name fights being read (see ``ODD_EXCEPTIONS``)."""
+    JobRun.objects.create(
+        token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
+    )
+    raise ODD_EXCEPTIONS[kind]()

@@ -22,6 +22,7 @@ from tests.testapp.jobs import (
     flaky,
     overruns,
     polls,
+    raises_odd,
     raises_unreadable,
     record,
     returns,
@@ -229,6 +230,33 @@ def test_an_exception_whose_text_cannot_be_read_is_recorded_with_a_placeholder()
     )
     assert "UnreadableError: <exception str() failed>" in errors[0].traceback
     assert JobRun.objects.filter(token__startswith="in-process:").count() == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "message", "exception_class"),
+    [
+        ("touchy_text", "touchy text", "tests.testapp.jobs.TouchyTextError"),
+        (
+            "exiting_text",
+            "<exception text could not be read: SystemExit: __str__ exits>",
+            "tests.testapp.jobs.ExitingTextError",
+        ),
+        ("unnamed_class", "", "<exception class name could not be read>"),
+    ],
+)
+def test_an_exception_fighting_being_read_is_recorded_and_counted(
+    kind: str, message: str, exception_class: str
+) -> None:
+    entry = raises_odd.enqueue(kind, kind)
+
+    worker = drain()
+
+    errors = list(EntryError.objects.filter(entry_id=entry.pk).order_by("attempt"))
+    assert [(e.attempt, e.is_final) for e in errors] == [(1, False), (2, True)]
+    assert {(e.message, e.exception_class) for e in errors} == {(message, exception_class)}
+    assert JobRun.objects.filter(token__startswith=f"{kind}:").count() == 2
+    assert not Entry.objects.filter(pk=entry.pk).exists()
+    assert worker.failed == 2
 
 
 @iq_settings_with(OUTCOME_RETENTION_SECONDS=3600, PRUNE_BATCH_SIZE=2)

@@ -149,6 +149,38 @@ def test_an_over_long_name_is_refused_before_anything_is_written(make: Any) -> N
     assert not Worker.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("w\x00", "has a NUL character"),
+        ("w\udc80", "lone surrogate"),
+        ("w\nx", "control character at position 1"),
+    ],
+)
+@pytest.mark.parametrize("make", [WorkerProcess, Leader, Supervisor], ids=lambda m: m.__name__)
+def test_a_name_that_is_not_printable_text_is_refused_before_anything_is_written(
+    make: Any, name: str, problem: str
+) -> None:
+    options = {"processes": 1, "burst": True} if make is Supervisor else {}
+
+    with pytest.raises(InvalidProcessName, match=problem):
+        make(name=name, **options)
+
+    assert not Worker.objects.exists()
+
+
+@pytest.mark.parametrize("host", ["n" * 256, "node\udc80", "node\t1"])
+def test_a_node_name_the_row_cannot_keep_is_refused_even_beside_a_name(
+    monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    monkeypatch.setenv("DJANGO_IQ_HOST_NAME", host)
+
+    with pytest.raises(InvalidProcessName, match=r"^The node name \(DJANGO_IQ_HOST_NAME"):
+        WorkerProcess(name="w")
+
+    assert not Worker.objects.exists()
+
+
 def test_an_over_long_node_name_standing_for_the_name_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
