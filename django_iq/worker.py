@@ -19,7 +19,7 @@ from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.governor import ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
-from django_iq.models import GroupLock, JobLimit, Worker
+from django_iq.models import Entry, GroupLock, JobLimit, Worker
 from django_iq.options import JobLimits
 from django_iq.process import (
     EXIT_ABANDONED,
@@ -108,7 +108,7 @@ class WorkerProcess(IQProcess):
         self._held_lock = threading.Lock()
         self._gate = ClaimGate()
         # Successes written in batches (one transaction for many jobs) by a thread of its own.
-        self.acks = AckWriter(self.name, on_settled=self._released)
+        self.acks = AckWriter(self.name, on_settled=self._released, on_lost=self._outcome_lost)
         self.ack_backlog_limit = max(64, 8 * self.processing_threads)
         # The moving average of this worker's job durations (None until one has finished).
         self._job_seconds: float | None = None
@@ -123,6 +123,9 @@ class WorkerProcess(IQProcess):
         # Times jobs out; a job stuck past its timeout's grace period stops this process.
         self.watchdog = Watchdog(iq_settings.TIMEOUT_GRACE_SECONDS, self._on_stuck)
         self.stuck = False
+        # An outcome could not be written: its claim stays held, and the process stops to be
+        # replaced (EXIT_ABANDONED), so that recovery releases the claim counting its attempt.
+        self.outcome_lost = False
         # This process's connections to the queue's database, named if it exits with a run stuck.
         self.sessions = SessionTracker(router.db_for_write(Worker))
         # Registered jobs with caps or rate limits, claimed under them (set by run()).
@@ -134,7 +137,7 @@ class WorkerProcess(IQProcess):
         """Claims this worker may take now: processing threads neither running a claim nor
         already promised a queued one, plus the prefetch; none while too many successes wait
         for the ack writer (the database is slow or away, and every one of them holds a lock)."""
-        if self.stuck or self.acks.pending() >= self.ack_backlog_limit:
+        if self.stuck or self.outcome_lost or self.acks.pending() >= self.ack_backlog_limit:
             return 0
         capacity = self.processing_threads + (self.prefetch() if prefetch else 0)
         idle = max(0, capacity - self._busy - self.handover.qsize())
@@ -354,7 +357,7 @@ class WorkerProcess(IQProcess):
             abandoned,
         )
         self.watchdog.stop()
-        if abandoned:
+        if abandoned or self.outcome_lost:
             return EXIT_ABANDONED
         return EXIT_RECYCLE if self.recycling else EXIT_OK
 
@@ -445,6 +448,27 @@ class WorkerProcess(IQProcess):
                 scheduler.limited_job_finished(job_name)
         self.wakeups.wake_all()
 
+    def _outcome_lost(self, claim: Claim, entry: Entry | None) -> None:
+        """The outcome of ``entry`` (None: of some entry of ``claim``) could not be written
+        (the database away past the retries, the record refused, a bug). The claim stays in
+        the held set, so heartbeats keep reporting its lock and recovery leaves it alone while
+        this process lives: released now, its entry would run again with the attempt never
+        counted, and again each time. The process stops to be replaced instead (exit status
+        ``EXIT_ABANDONED``); its stop marks it stopped, and recovery then releases the lock,
+        counting the attempt."""
+        entries = [entry] if entry is not None else claim.entries
+        logger.error(
+            "could not write the outcome of entry=%s job=%s lock=%s: keeping its lock; stopping "
+            "name=%s to be replaced (exit status %s), after which recovery counts its attempt",
+            ",".join(str(e.pk) for e in entries),
+            entries[0].job_name if entries else "",
+            claim.lock_id,
+            self.name,
+            EXIT_ABANDONED,
+        )
+        self.outcome_lost = True
+        self.stop()
+
     def _work_arrived(self, queue: str | None) -> None:
         """The listener heard of ready work in ``queue`` (None: in any queue): wake the
         schedulers if a thread could take it, having them read the queues again if the queue
@@ -489,7 +513,7 @@ class WorkerProcess(IQProcess):
                         self._released(claim)
                 except Exception:  # a loop supervisor: the claim's lock is left for recovery
                     logger.exception("processing failed name=%s lock=%s", self.name, claim.lock_id)
-                    self._forget(claim)
+                    self._outcome_lost(claim, None)
                 finally:
                     with self._busy_lock:
                         self._busy -= 1
