@@ -279,7 +279,13 @@ class WorkerProcess(IQProcess):
         dead and recover its claims. Claiming waits while the row is replaced, so no new claim
         is made under the dead row. Jobs still running finish; their success still removes the
         entry (``complete`` reports the lost lock, which is logged).
+
+        Not while the process is exiting at once (``stuck``): its row names the sessions it
+        leaves open, and its kept locks must wait for them there, not move to a fresh row.
         """
+        if self.stuck:
+            logger.warning("declared dead while exiting at once; not registering again")
+            return
         with self._gate.closed():
             with transaction.atomic(using=router.db_for_write(Worker)):
                 worker = self._register()

@@ -39,11 +39,19 @@ class WorkerManager(models.Manager["Worker"]):
 
         A stopped row of that name (the one a process left when it was declared dead, before
         it registers again) is replaced. A running row is never touched: the name is refused
-        with ``ProcessNameTaken``, since deleting it would orphan a live process's claims.
+        with ``ProcessNameTaken``, since deleting it would orphan a live process's claims. Nor
+        is a stopped row naming database sessions still to be ended (``sessions``): its locks
+        wait for them.
         """
         db = router.db_for_write(self.model)
         with transaction.atomic(using=db):
-            self.using(db).filter(name=name, stopped_at__isnull=False).delete()
+            stopped = self.using(db).filter(name=name, stopped_at__isnull=False)
+            stopped.filter(sessions=[]).delete()
+            if stopped.exists():
+                raise ProcessNameTaken(
+                    f"The stopped process registered as {name!r} names database sessions still "
+                    f"to be ended before its locks are released; its row is kept until then."
+                )
             try:
                 with transaction.atomic(using=db):
                     worker = self.using(db).create(
@@ -195,10 +203,11 @@ class WorkerManager(models.Manager["Worker"]):
         return [list(names or []) for names in rows]
 
     def prune(self, stopped_before_seconds: float, batch_size: int) -> int:
-        """Delete up to ``batch_size`` rows of workers stopped longer ago than given."""
+        """Delete up to ``batch_size`` rows of workers stopped longer ago than given, but none
+        naming database sessions still to be ended (``sessions``)."""
         ids = list(
-            self.filter(stopped_at__lt=db_now_plus(-stopped_before_seconds)).values_list(
-                "pk", flat=True
-            )[:batch_size]
+            self.filter(
+                stopped_at__lt=db_now_plus(-stopped_before_seconds), sessions=[]
+            ).values_list("pk", flat=True)[:batch_size]
         )
         return self.filter(pk__in=ids).delete()[0] if ids else 0
