@@ -132,8 +132,10 @@ class WorkerProcess(IQProcess):
         # An outcome could not be written: its claim stays held, and the process stops to be
         # replaced (EXIT_ABANDONED), so that recovery releases the claim counting its attempt.
         self.outcome_lost = False
-        # This process's connections to the queue's database, named if it exits with a run stuck.
+        # This process's connections to the queue's database, named in its row with the
+        # heartbeats (when they change) and as it exits at once with runs going on.
         self.sessions = SessionTracker(router.db_for_write(Worker))
+        self._reported_sessions: list[int] | None = None
         # Registered jobs with caps or rate limits, claimed under them (set by run()).
         self.limited_jobs: dict[str, JobLimits] = {}
 
@@ -295,6 +297,7 @@ class WorkerProcess(IQProcess):
                 if held:
                     GroupLock.objects.adopt(held, worker)
             self.worker = worker
+            self._reported_sessions = None  # the fresh row names none yet
             for scheduler in self._schedulers:
                 scheduler.worker = worker
         logger.warning(
@@ -646,15 +649,22 @@ class WorkerProcess(IQProcess):
             while not self._heartbeats_end.wait(iq_settings.HEARTBEAT_INTERVAL_SECONDS):
                 decision = self.governor.last
                 try:
+                    # Read before the heartbeat opens its connection, so a reconnection of the
+                    # heartbeat's own is reported by the next one.
+                    sessions = sorted(self.sessions.open_ids())
+                    changed = sessions != self._reported_sessions
                     # The held set is read once the heartbeat holds the worker's row, so no
                     # claim of ours commits between that reading and the report.
-                    self.heartbeat(
+                    alive = self.heartbeat(
                         busy_threads=self._busy,
                         cpu_percent=decision.cpu_percent,
                         memory_percent=decision.memory_percent,
                         is_throttled=decision.is_throttled,
                         held_lock_ids=self.held_locks,
+                        session_ids=sessions if changed else None,
                     )
+                    if alive:
+                        self._reported_sessions = sessions
                     self.tally.flush()
                 except Exception:  # heartbeats resume when the database is back
                     logger.exception("heartbeat failed name=%s", self.name)

@@ -80,6 +80,7 @@ class WorkerManager(models.Manager["Worker"]):
         memory_percent: float,
         is_throttled: bool,
         held_lock_ids: Callable[[], Iterable[int]] | Iterable[int] | None = None,
+        session_ids: list[int] | None = None,
     ) -> bool:
         """Record that ``worker`` is alive, its load and the locks it holds; return False if
         its row is gone or it was declared dead (it must then register again).
@@ -90,6 +91,9 @@ class WorkerManager(models.Manager["Worker"]):
         leaves the worker alone. ``held_lock_ids`` (a callable is read under the row lock) is
         stamped ``held_at`` in the same database time: no claim of this worker can commit
         between that reading and the write, since claims hold the row with a shared lock.
+        ``session_ids`` (given when they changed): the server ids of the process's open
+        connections, named in ``sessions`` so that whoever releases its locks after it died
+        without a word (a SIGKILL, an out-of-memory kill) ends them first.
         """
         db = router.db_for_write(self.model)
         features = connections[db].features
@@ -112,6 +116,8 @@ class WorkerManager(models.Manager["Worker"]):
             if held_lock_ids is not None:
                 held = held_lock_ids() if callable(held_lock_ids) else held_lock_ids
                 fields.update(held_lock_ids=sorted(held), held_at=Now())
+            if session_ids is not None:
+                fields["sessions"] = named_sessions(db, session_ids)
             self.using(db).filter(pk=worker.pk).update(**fields)
         return True
 
@@ -135,16 +141,20 @@ class WorkerManager(models.Manager["Worker"]):
         )
 
     def stop(self, worker: Worker) -> None:
-        """Mark ``worker`` as stopped (a clean exit); its remaining locks become orphans for
-        recovery."""
+        """Mark ``worker`` as stopped (a clean exit: its sessions close with it, and are
+        forgotten); its remaining locks become orphans for recovery."""
         self.mark_stopped(self.filter(pk=worker.pk))
 
     def mark_stopped(self, workers: models.QuerySet[Worker], *, died: bool = False) -> int:
-        """Mark ``workers`` stopped (``died``: found dead, not a clean exit) and orphan their
+        """Mark ``workers`` stopped (``died``: found dead, not a clean exit, once the sessions
+        they named are ended; else a clean exit, whose sessions close with it) and orphan their
         locks; return how many were running."""
         with transaction.atomic(using=router.db_for_write(self.model)):
             ids = list(workers.filter(stopped_at__isnull=True).values_list("pk", flat=True))
-            self.filter(pk__in=ids).update(stopped_at=Now(), busy_threads=0, died=died)
+            fields: dict[str, Any] = {"stopped_at": Now(), "busy_threads": 0, "died": died}
+            if not died:
+                fields["sessions"] = []
+            self.filter(pk__in=ids).update(**fields)
             iq.GroupLock.objects.filter(worker_id__in=ids).update(worker=None)
         return len(ids)
 

@@ -181,6 +181,34 @@ def test_supervised_worker_processes_a_given_up_run_and_its_retry_never_overlap(
         assert code == 0, output[-3000:]
 
 
+def test_a_run_going_on_when_its_worker_is_killed_and_its_retry_never_overlap(
+    tmp_path: Path,
+) -> None:
+    """A worker is killed (SIGKILL, as an out-of-memory kill would) while a job of it is
+    blocked in one database statement: the sessions it named with its heartbeats are ended in
+    the server before recovery releases its lock, so the statement cannot commit after the
+    entry and its group start again."""
+    path = tmp_path / "runs.log"
+    long = sleeps_in_one_statement.using(group_key="g", timeout=60)
+    long.enqueue("stuck", BLOCKED, str(path))
+    long.enqueue("follower", 0.1, str(path))
+    leader = start_command("runleader")
+    killed = start_command("runworker", "--threads", "2")
+    wait_until(lambda: path.exists() and "start stuck" in path.read_text(), message="a run")
+    other = start_command("runworker", "--threads", "2")
+    time.sleep(1.2)  # two heartbeats (0.5 s in the tests): the run's session is named
+    killed.kill_hard()
+
+    exits = {killed.pid: time.time()}
+    run_until_done(path, [other], exits)
+
+    assert_in_turn(path, exits, "django_iq.exceptions.WorkerLost")
+    for command in (other, leader):
+        command.send_signal(signal.SIGINT)
+        code, output = finish(command, 30)
+        assert code == 0, output[-3000:]
+
+
 @pytest.mark.parametrize("second_signal", [False, True], ids=["grace-ends", "second-signal"])
 def test_a_run_going_on_when_its_worker_stops_and_its_retry_never_overlap(
     tmp_path: Path, second_signal: bool
