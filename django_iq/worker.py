@@ -338,7 +338,9 @@ class WorkerProcess(IQProcess):
         # runs going on and the row marked stopped.
         with self._gate.closed():
             self._release_unstarted()
-            if self._busy:
+            # Held now: running, or just taken by a processing thread not yet counted busy, or
+            # waiting for the ack writer (whose successes the exit still writes).
+            if self._busy or self.held_locks():
                 self._exit_keeping_locks(EXIT_ABANDONED, "stopping at once with jobs running")
             self.acks.close(timeout=2.0)  # successes already in hand: write them if it is quick
             self._heartbeats_end.set()
