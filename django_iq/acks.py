@@ -20,6 +20,11 @@ success at a time. A success it still refuses (its return value, a constraint or
 project's) is written with the "not kept" marker in place of its return value, and if even that
 is refused, its attempt ends as failed (``OutcomeNotStored``), counted: no refusal turns into a
 run released and repeated without ever being counted.
+
+A success that cannot be written at all (the database away past the retries, the failure record
+refused too, a bug) is lost, never settled: the writer's ``on_lost`` callback tells the worker,
+which keeps the claim's lock reported and stops to be replaced. Its stop marks it stopped, and
+recovery then releases the lock counting the attempt.
 """
 
 from __future__ import annotations
@@ -93,11 +98,15 @@ class AckWriter:
         worker_name: str = "",
         on_settled: Callable[[Claim], None] | None = None,
         batch_size: int = ACK_BATCH_SIZE,
+        on_lost: Callable[[Claim, Entry], None] | None = None,
     ) -> None:
-        """``on_settled(claim)`` is called once the claim's last success is written or given
-        up on (its lock is then gone, or left to recovery)."""
+        """``on_settled(claim)`` is called once the claim's last outcome is written (its lock
+        is then gone). ``on_lost(claim, entry)`` is called instead when the outcome of
+        ``entry`` could not be written at all: the claim's lock is still held, and only
+        recovery, once the worker has stopped, may release it (counting the attempt)."""
         self.worker_name = worker_name
         self.on_settled = on_settled
+        self.on_lost = on_lost
         self.batch_size = batch_size
         self._pending: list[Ack] = []
         self._condition = threading.Condition()
@@ -150,7 +159,7 @@ class AckWriter:
                     self._write(batch)
                 except Exception:  # the thread must outlive any bug: its claims would hang
                     logger.exception("ack writer failed on %s finished jobs", len(batch))
-                    self._release(batch, written=False)
+                    self._lose([ack for ack in batch if not ack.done.is_set()])
                 finally:
                     with self._condition:
                         self._writing = 0
@@ -159,8 +168,9 @@ class AckWriter:
 
     def _write(self, batch: list[Ack]) -> None:
         """Write ``batch``, retrying while the database is unreachable. Only once the writer
-        is closing does it give up (after three tries): the entries then run again after
-        recovery. A batch the database refuses is written one by one (``_write_one``)."""
+        is closing does it give up (after three tries): the successes are lost, and the entries
+        run again after recovery, counted. A batch the database refuses is written one by one
+        (``_write_one``)."""
         successes = [ack.success(self.worker_name) for ack in batch]
         refusals = 0
 
@@ -200,7 +210,7 @@ class AckWriter:
                     len(batch),
                     exc,
                 )
-                self._release(batch, written=False)
+                self._lose(batch)
                 return
             # One bad row must not cost the batch: write them one by one.
             logger.exception("could not write %s finished jobs together", len(batch))
@@ -220,20 +230,28 @@ class AckWriter:
         """Write one success. If the database refuses it for a reason of its own (not being
         unreachable), write it again with the "not kept" marker for its return value; if that
         is refused too (``refused`` is the first refusal), end the attempt as failed
-        (``OutcomeNotStored``), counted like any other: the entry never runs again uncounted."""
-        try:
+        (``OutcomeNotStored``), counted like any other: the entry never runs again uncounted.
+        The database being away is waited out (a few tries); past them the success is lost."""
+
+        def write() -> set[int]:
             refresh_connections()
-            if ack.lock_id in Entry.objects.complete_many([success], jobs=catalog):
+            return Entry.objects.complete_many([success], jobs=catalog)
+
+        try:
+            lost = with_db_retry(
+                write,
+                f"writing the success of entry={ack.entry.pk}",
+                retry_if=is_transient,
+                before_retry=connections.close_all,
+                give_up=lambda attempt: self._closing and attempt >= 3,
+            )
+            if ack.lock_id in lost:
                 log_lock_lost(ack.entry)
         except Exception as exc:
             connections.close_all()
             if is_transient(exc):
-                # Safe: the claim is released below, and recovery reruns the entry.
-                logger.exception(
-                    "could not write the success of entry=%s; it runs again after recovery",
-                    ack.entry.pk,
-                )
-                self._release([ack], written=False)
+                logger.exception("could not write the success of entry=%s", ack.entry.pk)
+                self._lose([ack])
             elif refused is None:
                 logger.exception(
                     "could not write the success of entry=%s; writing it without its return value",
@@ -250,7 +268,7 @@ class AckWriter:
 
     def _fail_attempt(self, ack: Ack, refused: Exception) -> None:
         """Count the attempt of ``ack`` as failed, its success unwritable, and retry it per
-        its job's policy; release the claim if even that cannot be written."""
+        its job's policy; the outcome is lost (``on_lost``) if even that cannot be written."""
         entry = ack.entry
         now = timezone.now()
         attempt = entry.attempts + 1
@@ -280,16 +298,29 @@ class AckWriter:
                     started_at=started_at(ack.finished_at or now, ack.duration_seconds),
                 ),
                 "fail",
+                retry_if=is_transient,
             )
-        except Exception:  # the last resort: the claim is released, recovery takes over
+        except Exception:  # the last resort: the claim stays held until its worker stops
             logger.exception("could not record the failure of entry=%s", entry.pk)
             connections.close_all()
-            self._release([ack], written=False)
+            self._lose([ack])
             return
         signals.send(
             signals.entry_failed, Entry, entry=entry, error=error, will_retry=not error.is_final
         )
         self._release([ack], written=False)
+
+    def _lose(self, batch: list[Ack]) -> None:
+        """The outcomes of ``batch`` could not be written: tell the worker (``on_lost``), which
+        keeps their claims held, and let the threads waiting for them go on."""
+        for ack in batch:
+            try:
+                if ack.claim is not None and self.on_lost:
+                    self.on_lost(ack.claim, ack.entry)
+            except Exception:  # the writer must go on: its other claims would hang
+                logger.exception("reporting a lost outcome failed entry=%s", ack.entry.pk)
+            finally:
+                ack.done.set()
 
     def _release(self, batch: list[Ack], *, written: bool) -> None:
         if written and signals.entries_finished.receivers:

@@ -125,6 +125,11 @@ class Supervisor(IQProcess):
                     self.burst and child.exitcode in (EXIT_OK, EXIT_RECYCLE)
                 ):
                     clean = child.exitcode in (EXIT_OK, EXIT_RECYCLE)
+                    if not clean:
+                        # It may have exited at once with jobs still running at the end of
+                        # its grace period, holding their locks: they go to recovery now,
+                        # once the database sessions it left open are ended.
+                        _mark_dead(self.child_names.get(index))
                     exit_code = max(exit_code, EXIT_OK if clean else EXIT_ABANDONED)
                     continue
                 restarts += 1

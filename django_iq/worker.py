@@ -19,7 +19,7 @@ from django_iq.dbconn import refresh_connections, with_db_retry
 from django_iq.governor import ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
-from django_iq.models import GroupLock, JobLimit, Worker
+from django_iq.models import Entry, GroupLock, JobLimit, Worker
 from django_iq.options import JobLimits
 from django_iq.process import (
     EXIT_ABANDONED,
@@ -108,7 +108,7 @@ class WorkerProcess(IQProcess):
         self._held_lock = threading.Lock()
         self._gate = ClaimGate()
         # Successes written in batches (one transaction for many jobs) by a thread of its own.
-        self.acks = AckWriter(self.name, on_settled=self._released)
+        self.acks = AckWriter(self.name, on_settled=self._released, on_lost=self._outcome_lost)
         self.ack_backlog_limit = max(64, 8 * self.processing_threads)
         # The moving average of this worker's job durations (None until one has finished).
         self._job_seconds: float | None = None
@@ -122,9 +122,20 @@ class WorkerProcess(IQProcess):
         self.recycling = False
         # Times jobs out; a job stuck past its timeout's grace period stops this process.
         self.watchdog = Watchdog(iq_settings.TIMEOUT_GRACE_SECONDS, self._on_stuck)
+        # Set once the process exits at once with runs still going (stuck past their timeout,
+        # or still running at the end of a stop): it then keeps its locks and is never marked
+        # stopped. Set and read with ``_exit_lock`` held, as marking the row stopped is, so
+        # that a run given up while the row is being marked stopped cannot lose its lock.
         self.stuck = False
-        # This process's connections to the queue's database, named if it exits with a run stuck.
+        self._exit_lock = threading.RLock()
+        self._marked_stopped = False
+        # An outcome could not be written: its claim stays held, and the process stops to be
+        # replaced (EXIT_ABANDONED), so that recovery releases the claim counting its attempt.
+        self.outcome_lost = False
+        # This process's connections to the queue's database, named in its row with the
+        # heartbeats (when they change) and as it exits at once with runs going on.
         self.sessions = SessionTracker(router.db_for_write(Worker))
+        self._reported_sessions: list[int] | None = None
         # Registered jobs with caps or rate limits, claimed under them (set by run()).
         self.limited_jobs: dict[str, JobLimits] = {}
 
@@ -134,7 +145,7 @@ class WorkerProcess(IQProcess):
         """Claims this worker may take now: processing threads neither running a claim nor
         already promised a queued one, plus the prefetch; none while too many successes wait
         for the ack writer (the database is slow or away, and every one of them holds a lock)."""
-        if self.stuck or self.acks.pending() >= self.ack_backlog_limit:
+        if self.stuck or self.outcome_lost or self.acks.pending() >= self.ack_backlog_limit:
             return 0
         capacity = self.processing_threads + (self.prefetch() if prefetch else 0)
         idle = max(0, capacity - self._busy - self.handover.qsize())
@@ -270,7 +281,13 @@ class WorkerProcess(IQProcess):
         dead and recover its claims. Claiming waits while the row is replaced, so no new claim
         is made under the dead row. Jobs still running finish; their success still removes the
         entry (``complete`` reports the lost lock, which is logged).
+
+        Not while the process is exiting at once (``stuck``): its row names the sessions it
+        leaves open, and its kept locks must wait for them there, not move to a fresh row.
         """
+        if self.stuck:
+            logger.warning("declared dead while exiting at once; not registering again")
+            return
         with self._gate.closed():
             with transaction.atomic(using=router.db_for_write(Worker)):
                 worker = self._register()
@@ -280,6 +297,7 @@ class WorkerProcess(IQProcess):
                 if held:
                     GroupLock.objects.adopt(held, worker)
             self.worker = worker
+            self._reported_sessions = None  # the fresh row names none yet
             for scheduler in self._schedulers:
                 scheduler.worker = worker
         logger.warning(
@@ -301,21 +319,32 @@ class WorkerProcess(IQProcess):
         )
 
     def mark_stopped(self, before: Callable[[], object] | None = None) -> None:
-        """Mark the row stopped, unless a run is stuck: the process is then exiting at once
-        (``_on_stuck``), and its locks must stay until it is known to be gone, so the calling
-        thread waits for that exit."""
-        if self.stuck:
-            threading.Event().wait()
-        super().mark_stopped(before)
+        """Mark the row stopped, unless runs are going on that the process gives up (a run
+        stuck past its timeout, runs still going at the end of a stop): the process is then
+        exiting at once (``_exit_keeping_locks``), and its locks must stay until it is known
+        to be gone, so the calling thread waits for that exit."""
+        with self._exit_lock:
+            if not self.stuck:
+                self._marked_stopped = True
+                super().mark_stopped(before)
+                return
+        threading.Event().wait()
 
     def on_second_stop_request(self, signum: int) -> None:
         if self.stuck:
-            return  # the watchdog is ending the process already
+            return  # the process is exiting at once already
         logger.warning("stopping at once name=%s signal=%s", self.name, signum)
-        self.acks.close(timeout=2.0)  # successes already in hand: write them if it is quick
-        self._heartbeats_end.set()
-        self._release_unstarted()
-        self.mark_stopped(before=self.tally.flush)
+        # No claim is made from here on, so none can start unseen between the look at the
+        # runs going on and the row marked stopped.
+        with self._gate.closed():
+            self._release_unstarted()
+            # Held now: running, or just taken by a processing thread not yet counted busy, or
+            # waiting for the ack writer (whose successes the exit still writes).
+            if self._busy or self.held_locks():
+                self._exit_keeping_locks(EXIT_ABANDONED, "stopping at once with jobs running")
+            self.acks.close(timeout=2.0)  # successes already in hand: write them if it is quick
+            self._heartbeats_end.set()
+            self.mark_stopped(before=self.tally.flush)
         os._exit(EXIT_ABANDONED)
 
     def _start(self, target: object, name: str) -> None:
@@ -335,6 +364,14 @@ class WorkerProcess(IQProcess):
         for thread in processors:
             thread.join(max(0.0, deadline - time.monotonic()))
         abandoned = sum(thread.is_alive() for thread in processors)
+        if abandoned:
+            # Their runs go on, and a statement of theirs may go on in the server after this
+            # process is gone: their locks stay until both are over (_exit_keeping_locks).
+            self._exit_keeping_locks(
+                EXIT_ABANDONED,
+                f"{abandoned} job(s) still running after the grace period of "
+                f"{self.grace_seconds:g}s",
+            )
         # Jobs that finished are written before the worker is marked stopped (which would hand
         # their locks to recovery and run them again).
         self.acks.close()
@@ -354,7 +391,7 @@ class WorkerProcess(IQProcess):
             abandoned,
         )
         self.watchdog.stop()
-        if abandoned:
+        if abandoned or self.outcome_lost:
             return EXIT_ABANDONED
         return EXIT_RECYCLE if self.recycling else EXIT_OK
 
@@ -445,6 +482,27 @@ class WorkerProcess(IQProcess):
                 scheduler.limited_job_finished(job_name)
         self.wakeups.wake_all()
 
+    def _outcome_lost(self, claim: Claim, entry: Entry | None) -> None:
+        """The outcome of ``entry`` (None: of some entry of ``claim``) could not be written
+        (the database away past the retries, the record refused, a bug). The claim stays in
+        the held set, so heartbeats keep reporting its lock and recovery leaves it alone while
+        this process lives: released now, its entry would run again with the attempt never
+        counted, and again each time. The process stops to be replaced instead (exit status
+        ``EXIT_ABANDONED``); its stop marks it stopped, and recovery then releases the lock,
+        counting the attempt."""
+        entries = [entry] if entry is not None else claim.entries
+        logger.error(
+            "could not write the outcome of entry=%s job=%s lock=%s: keeping its lock; stopping "
+            "name=%s to be replaced (exit status %s), after which recovery counts its attempt",
+            ",".join(str(e.pk) for e in entries),
+            entries[0].job_name if entries else "",
+            claim.lock_id,
+            self.name,
+            EXIT_ABANDONED,
+        )
+        self.outcome_lost = True
+        self.stop()
+
     def _work_arrived(self, queue: str | None) -> None:
         """The listener heard of ready work in ``queue`` (None: in any queue): wake the
         schedulers if a thread could take it, having them read the queues again if the queue
@@ -489,7 +547,7 @@ class WorkerProcess(IQProcess):
                         self._released(claim)
                 except Exception:  # a loop supervisor: the claim's lock is left for recovery
                     logger.exception("processing failed name=%s lock=%s", self.name, claim.lock_id)
-                    self._forget(claim)
+                    self._outcome_lost(claim, None)
                 finally:
                     with self._busy_lock:
                         self._busy -= 1
@@ -504,10 +562,8 @@ class WorkerProcess(IQProcess):
 
         The run cannot be stopped, only ended with its process, so nothing it holds is
         released here: its entry's and group's lock stays until its process is gone and its
-        database sessions are over (``_settle_stuck`` names them in the ``Worker`` row), as
-        whoever releases it knows (the supervisor seeing the exit, or recovery finding the
-        process dead). The other runs of the process are cut with it; their entries are retried
-        as when a worker dies, each attempt counted.
+        database sessions are over (``_exit_keeping_locks``). The other runs of the process are
+        cut with it; their entries are retried as when a worker dies, each attempt counted.
         """
         logger.error(
             "job stuck past its timeout entry=%s job=%s timeout=%ss grace=%ss: giving it up; "
@@ -519,28 +575,55 @@ class WorkerProcess(IQProcess):
             self.name,
             EXIT_STUCK,
         )
-        # Claiming stops; the process is not stopped the graceful way, which would mark it
-        # stopped (its locks orphans) while the run may still act.
-        self.stuck = True
+        self._exit_keeping_locks(EXIT_STUCK, "a job was stuck past its timeout", watch)
+
+    def _exit_keeping_locks(self, code: int, why: str, watch: Watch | None = None) -> None:
+        """Exit at once with ``code``, runs still going (stuck past their timeout, or still
+        running at the end of a stop), keeping their locks: the process is not marked stopped
+        (that would make their locks orphans, released by recovery while the runs, or their
+        statements in the server, still act). Whoever learns the process is gone (its
+        supervisor seeing it exit, or recovery finding it silent) ends the database sessions it
+        names first (``_settle_exit``), then releases its locks, counting the attempts.
+
+        The first caller exits the process; one coming later (the watchdog and a stop at the
+        same moment), or one finding the row already marked stopped, returns at once or waits
+        for that exit."""
+        with self._exit_lock:
+            if self.stuck:
+                if threading.current_thread() is threading.main_thread():
+                    return  # a signal handler or the shutdown: the other caller exits
+                threading.Event().wait()
+            if self._marked_stopped:
+                # Only once no processing thread runs is the row marked stopped: no run is
+                # left to keep a lock for.
+                logger.error("marked stopped, yet exiting with runs going name=%s", self.name)
+            self.stuck = True
+        logger.error(
+            "exiting at once name=%s (exit status %s): %s; the locks of the runs going on stay "
+            "until this process is gone and its database sessions are ended",
+            self.name,
+            code,
+            why,
+        )
+        # Claiming stops (idle_threads), and the schedulers see it now.
         self.wakeups.wake_all()
         settled = threading.Thread(
-            target=self._settle_stuck, args=(watch,), name="iq-stuck", daemon=True
+            target=self._settle_exit, args=(watch,), name="iq-exit", daemon=True
         )
         settled.start()
         settled.join(STUCK_EXIT_SECONDS)
         if settled.is_alive():
-            logger.error("exiting before the stuck run was settled name=%s", self.name)
+            logger.error("exiting before the runs given up were settled name=%s", self.name)
         for handler in logging.getLogger().handlers:
             handler.flush()
-        os._exit(EXIT_STUCK)
+        os._exit(code)
 
-    def _settle_stuck(self, watch: Watch) -> None:
+    def _settle_exit(self, watch: Watch | None) -> None:
         """Before the process exits: name its open database sessions in its ``Worker`` row
         (first: a statement blocked in the server must be ended before the lock goes), count the
-        stuck run's attempt as timed out, release claims not started, and write the successes
-        already in hand. Each step is a transaction of its own; those not done in time are left
-        to recovery."""
-        claim = watch.context[0]
+        stuck run's attempt as timed out (``watch``, if one is), release claims not started,
+        and write the successes already in hand. Each step is a transaction of its own; those
+        not done in time are left to recovery."""
         try:
             # This thread's connection is opened first, so it is named too; then no other
             # thread of this process opens one that could not be named.
@@ -549,14 +632,17 @@ class WorkerProcess(IQProcess):
             self.sessions.close_to_others()
             if self.worker is not None:
                 Worker.objects.record_sessions(self.worker, self.sessions.open_ids())
-            Processor(self.name, self.acks).give_up(watch)
-            started = watch.deadline - watch.seconds
-            self.tally.add(claim.queue, watch.entry.job_name, time.monotonic() - started, ok=False)
+            if watch is not None:
+                claim = watch.context[0]
+                Processor(self.name, self.acks).give_up(watch)
+                started = watch.deadline - watch.seconds
+                seconds = time.monotonic() - started
+                self.tally.add(claim.queue, watch.entry.job_name, seconds, ok=False)
             self._release_unstarted()
             self.acks.close(timeout=STUCK_EXIT_SECONDS / 2)
             self.tally.flush()
         except Exception:  # safe: the process exits anyway; recovery counts what was not written
-            logger.exception("could not settle the stuck run entry=%s", watch.entry.pk)
+            logger.exception("could not settle the runs given up name=%s", self.name)
 
     def _heartbeat_loop(self) -> None:
         if self.worker is None:
@@ -565,15 +651,22 @@ class WorkerProcess(IQProcess):
             while not self._heartbeats_end.wait(iq_settings.HEARTBEAT_INTERVAL_SECONDS):
                 decision = self.governor.last
                 try:
+                    # Read before the heartbeat opens its connection, so a reconnection of the
+                    # heartbeat's own is reported by the next one.
+                    sessions = sorted(self.sessions.open_ids())
+                    changed = sessions != self._reported_sessions
                     # The held set is read once the heartbeat holds the worker's row, so no
                     # claim of ours commits between that reading and the report.
-                    self.heartbeat(
+                    alive = self.heartbeat(
                         busy_threads=self._busy,
                         cpu_percent=decision.cpu_percent,
                         memory_percent=decision.memory_percent,
                         is_throttled=decision.is_throttled,
                         held_lock_ids=self.held_locks,
+                        session_ids=sessions if changed else None,
                     )
+                    if alive:
+                        self._reported_sessions = sessions
                     self.tally.flush()
                 except Exception:  # heartbeats resume when the database is back
                     logger.exception("heartbeat failed name=%s", self.name)

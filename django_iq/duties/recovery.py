@@ -139,10 +139,14 @@ class RecoveryDuty:
 
     def _end_sessions_of_dead_workers(self, result: RecoveryPass) -> None:
         """End the database sessions that stopped workers' processes left open, so that their
-        locks can be released: until then a statement of theirs may still commit."""
+        locks can be released: until then a statement of theirs may still commit.
+
+        Sessions are told to end and looked at once, not waited for: one that takes its time
+        to go is looked at again on the next pass, so it holds up neither the leader's other
+        duties nor the renewal of its lease (the locks of that worker wait meanwhile)."""
         for worker in Worker.objects.filter(died=True).exclude(sessions=[]):
             try:
-                over = Worker.objects.end_sessions(worker, wait_seconds=5.0)
+                over = Worker.objects.end_sessions(worker, wait_seconds=0.0)
             except Exception as exc:  # one row it cannot handle must not stop the pass
                 logger.exception("recovery could not end the sessions of worker=%s", worker.name)
                 result.skipped[f"sessions:{worker.name}"] = _describe(exc)
@@ -150,7 +154,7 @@ class RecoveryDuty:
             if over:
                 logger.info("ended the database sessions of worker=%s", worker.name)
             else:
-                logger.warning("database sessions of worker=%s still running", worker.name)
+                logger.info("database sessions of worker=%s still ending; next pass", worker.name)
 
     def _recover(
         self, lock_id: int, entry_id: int | None, margin: timedelta, now: datetime, fence: Fence

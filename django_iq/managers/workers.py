@@ -39,11 +39,19 @@ class WorkerManager(models.Manager["Worker"]):
 
         A stopped row of that name (the one a process left when it was declared dead, before
         it registers again) is replaced. A running row is never touched: the name is refused
-        with ``ProcessNameTaken``, since deleting it would orphan a live process's claims.
+        with ``ProcessNameTaken``, since deleting it would orphan a live process's claims. Nor
+        is a stopped row naming database sessions still to be ended (``sessions``): its locks
+        wait for them.
         """
         db = router.db_for_write(self.model)
         with transaction.atomic(using=db):
-            self.using(db).filter(name=name, stopped_at__isnull=False).delete()
+            stopped = self.using(db).filter(name=name, stopped_at__isnull=False)
+            stopped.filter(sessions=[]).delete()
+            if stopped.exists():
+                raise ProcessNameTaken(
+                    f"The stopped process registered as {name!r} names database sessions still "
+                    f"to be ended before its locks are released; its row is kept until then."
+                )
             try:
                 with transaction.atomic(using=db):
                     worker = self.using(db).create(
@@ -72,6 +80,7 @@ class WorkerManager(models.Manager["Worker"]):
         memory_percent: float,
         is_throttled: bool,
         held_lock_ids: Callable[[], Iterable[int]] | Iterable[int] | None = None,
+        session_ids: list[int] | None = None,
     ) -> bool:
         """Record that ``worker`` is alive, its load and the locks it holds; return False if
         its row is gone or it was declared dead (it must then register again).
@@ -82,6 +91,9 @@ class WorkerManager(models.Manager["Worker"]):
         leaves the worker alone. ``held_lock_ids`` (a callable is read under the row lock) is
         stamped ``held_at`` in the same database time: no claim of this worker can commit
         between that reading and the write, since claims hold the row with a shared lock.
+        ``session_ids`` (given when they changed): the server ids of the process's open
+        connections, named in ``sessions`` so that whoever releases its locks after it died
+        without a word (a SIGKILL, an out-of-memory kill) ends them first.
         """
         db = router.db_for_write(self.model)
         features = connections[db].features
@@ -104,6 +116,8 @@ class WorkerManager(models.Manager["Worker"]):
             if held_lock_ids is not None:
                 held = held_lock_ids() if callable(held_lock_ids) else held_lock_ids
                 fields.update(held_lock_ids=sorted(held), held_at=Now())
+            if session_ids is not None:
+                fields["sessions"] = named_sessions(db, session_ids)
             self.using(db).filter(pk=worker.pk).update(**fields)
         return True
 
@@ -127,16 +141,20 @@ class WorkerManager(models.Manager["Worker"]):
         )
 
     def stop(self, worker: Worker) -> None:
-        """Mark ``worker`` as stopped (a clean exit); its remaining locks become orphans for
-        recovery."""
+        """Mark ``worker`` as stopped (a clean exit: its sessions close with it, and are
+        forgotten); its remaining locks become orphans for recovery."""
         self.mark_stopped(self.filter(pk=worker.pk))
 
     def mark_stopped(self, workers: models.QuerySet[Worker], *, died: bool = False) -> int:
-        """Mark ``workers`` stopped (``died``: found dead, not a clean exit) and orphan their
+        """Mark ``workers`` stopped (``died``: found dead, not a clean exit, once the sessions
+        they named are ended; else a clean exit, whose sessions close with it) and orphan their
         locks; return how many were running."""
         with transaction.atomic(using=router.db_for_write(self.model)):
             ids = list(workers.filter(stopped_at__isnull=True).values_list("pk", flat=True))
-            self.filter(pk__in=ids).update(stopped_at=Now(), busy_threads=0, died=died)
+            fields: dict[str, Any] = {"stopped_at": Now(), "busy_threads": 0, "died": died}
+            if not died:
+                fields["sessions"] = []
+            self.filter(pk__in=ids).update(**fields)
             iq.GroupLock.objects.filter(worker_id__in=ids).update(worker=None)
         return len(ids)
 
@@ -195,10 +213,11 @@ class WorkerManager(models.Manager["Worker"]):
         return [list(names or []) for names in rows]
 
     def prune(self, stopped_before_seconds: float, batch_size: int) -> int:
-        """Delete up to ``batch_size`` rows of workers stopped longer ago than given."""
+        """Delete up to ``batch_size`` rows of workers stopped longer ago than given, but none
+        naming database sessions still to be ended (``sessions``)."""
         ids = list(
-            self.filter(stopped_at__lt=db_now_plus(-stopped_before_seconds)).values_list(
-                "pk", flat=True
-            )[:batch_size]
+            self.filter(
+                stopped_at__lt=db_now_plus(-stopped_before_seconds), sessions=[]
+            ).values_list("pk", flat=True)[:batch_size]
         )
         return self.filter(pk__in=ids).delete()[0] if ids else 0

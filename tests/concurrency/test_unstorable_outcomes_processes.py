@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -133,17 +134,24 @@ DROP_TRIGGER = {
 }
 
 
-@pytest.fixture
-def refusing_trigger() -> Iterator[None]:
+@contextmanager
+def triggers(create: dict[str, list[str]], drop: dict[str, list[str]]) -> Iterator[None]:
+    """Install the database's statements of ``create`` for the block, then ``drop``'s."""
     with connection.cursor() as cursor:
-        for sql in REFUSE_TRIGGER[connection.vendor]:
+        for sql in create[connection.vendor]:
             cursor.execute(sql)
     try:
         yield
     finally:
         with connection.cursor() as cursor:
-            for sql in DROP_TRIGGER[connection.vendor]:
+            for sql in drop[connection.vendor]:
                 cursor.execute(sql)
+
+
+@pytest.fixture
+def refusing_trigger() -> Iterator[None]:
+    with triggers(REFUSE_TRIGGER, DROP_TRIGGER):
+        yield
 
 
 @pytest.mark.usefixtures("refusing_trigger")
@@ -172,3 +180,93 @@ def test_a_refused_outcome_is_written_without_what_was_refused_or_counted_as_fai
         assert error.exception_class == "builtins.ValueError"
         assert error.message.startswith("<the failure could not be recorded as it is: ")
     assert not Entry.objects.exists() and not GroupLock.objects.exists()
+
+
+# A database that refuses every outcome a worker writes for the entries whose token starts with
+# "refuse-every" (a success, and the failure record in its place, or the failure of a run that
+# raised): only recovery's record of a lost run (WorkerLost) gets through.
+REFUSE_EVERY_TRIGGER = {
+    "postgresql": [
+        """CREATE FUNCTION iq_test_refuse_every() RETURNS trigger AS $$ BEGIN
+            IF NEW.args->>0 LIKE 'refuse-every%' AND NEW.status = 'succeeded'
+            THEN RAISE EXCEPTION 'every outcome refused by a trigger'; END IF;
+            RETURN NEW; END $$ LANGUAGE plpgsql""",
+        """CREATE TRIGGER iq_test_refuse_every BEFORE INSERT ON django_iq_runoutcome
+            FOR EACH ROW EXECUTE FUNCTION iq_test_refuse_every()""",
+        """CREATE FUNCTION iq_test_refuse_every_error() RETURNS trigger AS $$ BEGIN
+            IF NEW.args->>0 LIKE 'refuse-every%'
+                AND NEW.exception_class <> 'django_iq.exceptions.WorkerLost'
+            THEN RAISE EXCEPTION 'every outcome refused by a trigger'; END IF;
+            RETURN NEW; END $$ LANGUAGE plpgsql""",
+        """CREATE TRIGGER iq_test_refuse_every_error BEFORE INSERT ON django_iq_entryerror
+            FOR EACH ROW EXECUTE FUNCTION iq_test_refuse_every_error()""",
+    ],
+    "mysql": [
+        """CREATE TRIGGER iq_test_refuse_every BEFORE INSERT ON django_iq_runoutcome
+            FOR EACH ROW
+            IF NEW.status = 'succeeded' AND JSON_VALUE(NEW.args, '$[0]') LIKE 'refuse-every%'
+            THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'every outcome refused'; END IF""",
+        """CREATE TRIGGER iq_test_refuse_every_error BEFORE INSERT ON django_iq_entryerror
+            FOR EACH ROW
+            IF JSON_VALUE(NEW.args, '$[0]') LIKE 'refuse-every%'
+                AND NEW.exception_class <> 'django_iq.exceptions.WorkerLost'
+            THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'every outcome refused'; END IF""",
+    ],
+    "sqlite": [
+        """CREATE TRIGGER iq_test_refuse_every BEFORE INSERT ON django_iq_runoutcome
+            WHEN NEW.status = 'succeeded' AND json_extract(NEW.args, '$[0]') LIKE 'refuse-every%'
+            BEGIN SELECT RAISE(ABORT, 'every outcome refused by a trigger'); END""",
+        """CREATE TRIGGER iq_test_refuse_every_error BEFORE INSERT ON django_iq_entryerror
+            WHEN json_extract(NEW.args, '$[0]') LIKE 'refuse-every%'
+                AND NEW.exception_class <> 'django_iq.exceptions.WorkerLost'
+            BEGIN SELECT RAISE(ABORT, 'every outcome refused by a trigger'); END""",
+    ],
+}
+DROP_EVERY_TRIGGER = {
+    "postgresql": [
+        "DROP TRIGGER IF EXISTS iq_test_refuse_every ON django_iq_runoutcome",
+        "DROP TRIGGER IF EXISTS iq_test_refuse_every_error ON django_iq_entryerror",
+        "DROP FUNCTION IF EXISTS iq_test_refuse_every()",
+        "DROP FUNCTION IF EXISTS iq_test_refuse_every_error()",
+    ],
+    "mysql": [
+        "DROP TRIGGER IF EXISTS iq_test_refuse_every",
+        "DROP TRIGGER IF EXISTS iq_test_refuse_every_error",
+    ],
+    "sqlite": [
+        "DROP TRIGGER IF EXISTS iq_test_refuse_every",
+        "DROP TRIGGER IF EXISTS iq_test_refuse_every_error",
+    ],
+}
+
+
+def test_an_outcome_that_cannot_be_written_stops_the_worker_and_its_attempt_is_counted() -> None:
+    """A success refused even as a failure, and a failure refused even without its text: the
+    worker keeps the claim, stops to be replaced (its supervisor starts a fresh process), and
+    recovery releases the claim counting the attempt. Each entry runs max_attempts times, each
+    run counted, never again uncounted."""
+    returned = returns_unstorable.using(max_attempts=2).enqueue("refuse-every-return", "deep_1")
+    raised = raises_recorded.using(max_attempts=2).enqueue("refuse-every-raise", "raised")
+    with triggers(REFUSE_EVERY_TRIGGER, DROP_EVERY_TRIGGER):
+        supervisor = start_worker("--processes", "2", "--threads", "1")
+        processes = [supervisor, start_leader()]
+        try:
+            deadline = time.monotonic() + 30
+            while Entry.objects.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)  # the test's own polling of the queue
+            time.sleep(1.0)  # the observation window: an uncounted re-run would start here
+        finally:
+            stop_all(processes)
+    output = supervisor.output()
+    assert runs_of("refuse-every-return") == 2, output[-4000:]
+    assert runs_of("refuse-every-raise") == 2, output[-4000:]
+    for entry in (returned, raised):
+        errors = list(EntryError.objects.filter(entry_id=entry.pk).order_by("attempt"))
+        assert [(e.attempt, e.is_final, e.exception_class) for e in errors] == [
+            (1, False, "django_iq.exceptions.WorkerLost"),
+            (2, True, "django_iq.exceptions.WorkerLost"),
+        ], output[-4000:]
+    assert not Entry.objects.exists() and not GroupLock.objects.exists()
+    # Each lost outcome stopped its process (with others, at times), which was replaced.
+    assert output.count("could not write the outcome of entry=") == 4, output[-4000:]
+    assert output.count("exitcode=1; restarting") >= 2, output[-4000:]

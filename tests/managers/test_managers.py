@@ -560,6 +560,23 @@ def test_registering_a_name_again_replaces_its_stopped_row() -> None:
     assert new.pk != old.pk and new.stopped_at is None
 
 
+def test_a_stopped_row_naming_sessions_to_end_is_neither_replaced_nor_pruned() -> None:
+    # A process that exited at once with runs going on named its sessions in its row: whoever
+    # releases its locks ends them first, so the row must stay until then.
+    old = register()
+    Worker.objects.mark_stopped(Worker.objects.filter(pk=old.pk), died=True)
+    Worker.objects.filter(pk=old.pk).update(sessions=[[4242, 1.5]])
+    Worker.objects.filter(pk=old.pk).update(stopped_at=timezone.now() - timedelta(days=30))
+
+    with pytest.raises(ProcessNameTaken, match=r"names database sessions still to be ended"):
+        register()
+    assert Worker.objects.prune(60, 100) == 0
+
+    assert Worker.objects.get().sessions == [[4242, 1.5]]
+    Worker.objects.filter(pk=old.pk).update(sessions=[])
+    assert Worker.objects.prune(60, 100) == 1
+
+
 def test_registering_the_name_of_a_running_process_is_refused_and_leaves_it_alone() -> None:
     running = register()
     EntryFactory()

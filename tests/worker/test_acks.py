@@ -137,9 +137,10 @@ def test_at_shutdown_the_writer_gives_up_on_an_unreachable_database_and_says_so(
     EntryFactory()
     (claim,) = claim_all(WorkerFactory())
     settled: list[Claim] = []
+    lost: list[tuple[Claim, Entry]] = []
     finished = threading.Event()
     signals.entry_finished.connect(lambda **kwargs: finished.set(), weak=False, dispatch_uid="t")
-    writer = AckWriter(on_settled=settled.append)
+    writer = AckWriter(on_settled=settled.append, on_lost=lambda *given: lost.append(given))
     ack = Ack(claim.entries[0], claim.lock_id, claim=claim)
     writer.put(ack)
     try:
@@ -154,7 +155,8 @@ def test_at_shutdown_the_writer_gives_up_on_an_unreachable_database_and_says_so(
     finally:
         signals.entry_finished.disconnect(dispatch_uid="t")
 
-    assert settled == [claim] and ack.done.is_set(), "settled: the lock is left to recovery"
+    assert settled == [] and ack.done.is_set(), "never settled: the claim stays held"
+    assert lost == [(claim, claim.entries[0])], "the worker is told the outcome was lost"
     assert not finished.is_set(), "nothing was written, so nothing finished"
     assert Entry.objects.filter(pk=claim.entries[0].pk).exists(), "left for recovery to rerun"
     assert GroupLock.objects.filter(pk=claim.lock_id).exists()

@@ -195,3 +195,20 @@ def test_an_over_long_node_name_standing_for_the_name_is_refused(
     leader = Leader(name="w" * MAX_NAME_LENGTH)
     leader.name = leader.name.replace(f":{os.getpid()}:", ":4194304:")
     assert Worker.objects.get(pk=leader.register().pk).name == leader.name
+
+
+def test_a_worker_exiting_at_once_does_not_register_again_when_found_declared_dead() -> None:
+    # Its row, declared dead, names the sessions it leaves open; registering again would
+    # replace that row, and move its kept locks to a fresh row naming none.
+    worker = WorkerProcess(name="host")
+    row = worker.register()
+    Worker.objects.filter(pk=row.pk).update(sessions=[[4242, 1.5]])
+    Worker.objects.mark_stopped(Worker.objects.filter(pk=row.pk), died=True)
+    worker.stuck = True
+
+    alive = worker.heartbeat(
+        busy_threads=1, cpu_percent=0.0, memory_percent=0.0, is_throttled=False, held_lock_ids=[]
+    )
+
+    assert not alive and worker.worker is not None and worker.worker.pk == row.pk
+    assert list(Worker.objects.values_list("pk", "sessions")) == [(row.pk, [[4242, 1.5]])]

@@ -12,6 +12,7 @@ from django.db import connection, connections
 
 from django_iq.exceptions import DatabaseUnavailable
 from django_iq.models import Worker
+from django_iq.queries import session_id
 from django_iq.stuck import SessionTracker
 from tests.factories import WorkerFactory
 
@@ -110,3 +111,23 @@ def test_a_session_already_gone_is_passed_over() -> None:
     assert Worker.objects.end_sessions(worker, wait_seconds=1)
     worker.refresh_from_db()
     assert worker.sessions == []
+
+
+def test_heartbeats_name_the_sessions_and_a_clean_stop_forgets_them() -> None:
+    # A worker killed outright names nothing as it dies: its heartbeats named its sessions.
+    worker = WorkerFactory(name="beating")
+    connection.ensure_connection()
+    own = session_id(connection.connection, connection.vendor)
+    assert own is not None
+    load = {"busy_threads": 1, "cpu_percent": 0.0, "memory_percent": 0.0, "is_throttled": False}
+
+    assert Worker.objects.heartbeat(worker, session_ids=[own], **load)
+    worker.refresh_from_db()
+    assert [session for session, _ in worker.sessions] == [own]
+    assert Worker.objects.heartbeat(worker, **load)  # unchanged: not named again
+    worker.refresh_from_db()
+    assert [session for session, _ in worker.sessions] == [own]
+
+    Worker.objects.stop(worker)
+    worker.refresh_from_db()
+    assert worker.sessions == [] and not worker.died, "its sessions closed with it"
