@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,7 +41,7 @@ from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 
 from django_iq import signals
-from django_iq.dbconn import is_transient, refresh_connections, with_db_retry
+from django_iq.dbconn import SharedConnection, is_transient, refresh_connections, with_db_retry
 from django_iq.exceptions import JobNotRegistered, OutcomeNotStored
 from django_iq.limits import exception_class_name
 from django_iq.managers import Claim, Success
@@ -99,14 +100,18 @@ class AckWriter:
         on_settled: Callable[[Claim], None] | None = None,
         batch_size: int = ACK_BATCH_SIZE,
         on_lost: Callable[[Claim, Entry], None] | None = None,
+        shared: SharedConnection | None = None,
     ) -> None:
         """``on_settled(claim)`` is called once the claim's last outcome is written (its lock
         is then gone). ``on_lost(claim, entry)`` is called instead when the outcome of
         ``entry`` could not be written at all: the claim's lock is still held, and only
-        recovery, once the worker has stopped, may release it (counting the attempt)."""
+        recovery, once the worker has stopped, may release it (counting the attempt).
+        ``shared``: a connection the writer takes turns on with other threads (the worker's
+        duty connection), instead of one of its own."""
         self.worker_name = worker_name
         self.on_settled = on_settled
         self.on_lost = on_lost
+        self.shared = shared
         self.batch_size = batch_size
         self._pending: list[Ack] = []
         self._condition = threading.Condition()
@@ -156,7 +161,8 @@ class AckWriter:
                     del self._pending[: len(batch)]
                     self._writing = len(batch)
                 try:
-                    self._write(batch)
+                    with self._connection():
+                        self._write(batch)
                 except Exception:  # the thread must outlive any bug: its claims would hang
                     logger.exception("ack writer failed on %s finished jobs", len(batch))
                     self._lose([ack for ack in batch if not ack.done.is_set()])
@@ -165,6 +171,9 @@ class AckWriter:
                         self._writing = 0
         finally:
             connections.close_all()
+
+    def _connection(self) -> AbstractContextManager[None]:
+        return self.shared.use() if self.shared is not None else nullcontext()
 
     def _write(self, batch: list[Ack]) -> None:
         """Write ``batch``, retrying while the database is unreachable. Only once the writer

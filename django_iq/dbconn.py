@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import select
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -90,6 +91,58 @@ def close_idle_connections() -> None:
     for connection in connections.all(initialized_only=True):
         if not connection.in_atomic_block:
             connection.close()
+
+
+class SharedConnection:
+    """One connection to database ``alias`` that several threads of a process use in turn.
+
+    A worker process's own duties (its scheduling passes, acknowledgements and heartbeats) each
+    need a connection for a few milliseconds at a time: through this one they share a single
+    database session instead of keeping one idle per thread. ``use()`` lends the connection to
+    the calling thread (``django.db.connections[alias]`` is it there, so the ORM, ``atomic``
+    and ``on_commit`` work unchanged) while no other thread holds it; a nested ``use()`` in
+    the same thread is the same loan. Anything a duty opens on another alias stays the
+    thread's own.
+    """
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self._lock = threading.RLock()
+        self._wrapper: Any = None
+        # Set while a thread holds the connection; how long it has, for the process's own
+        # look at a hung database (a statement whose answer never comes).
+        self.held_since: float | None = None
+
+    @contextmanager
+    def use(self) -> Iterator[None]:
+        with self._lock:
+            current = connections.all(initialized_only=True)
+            previous = next((c for c in current if c.alias == self.alias), None)
+            if previous is not None and previous is self._wrapper:
+                yield  # lent to this thread already
+                return
+            if self._wrapper is None:
+                self._wrapper = connections.create_connection(self.alias)
+                self._wrapper.inc_thread_sharing()
+            connections[self.alias] = self._wrapper
+            self.held_since = time.monotonic()
+            try:
+                yield
+            finally:
+                self.held_since = None
+                if previous is None:
+                    del connections[self.alias]
+                else:
+                    connections[self.alias] = previous
+
+    def close(self) -> None:
+        """Close the session (the next ``use()`` connects again)."""
+        with self._lock:
+            if self._wrapper is not None:
+                try:
+                    self._wrapper.close()
+                except Exception:  # a broken connection may fail to close: it is gone anyway
+                    logger.debug("closing the shared connection failed", exc_info=True)
 
 
 def with_db_retry(

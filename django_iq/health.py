@@ -31,7 +31,7 @@ def health_view(request: HttpRequest) -> HttpResponse:
     Reads the operator snapshot without its worker list, with the jobs no live worker serves:
     thirteen queries, whatever the data.
     """
-    problems = read_snapshot(worker_limit=0, unserved_jobs=True).problems
+    problems = read_snapshot(worker_limit=0, unserved_jobs=True, server_sessions=False).problems
     if problems:
         response = JsonResponse(
             {"status": "failing", "reasons": [problem.public_dict() for problem in problems]},

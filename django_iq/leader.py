@@ -22,6 +22,7 @@ from django_iq.models import LeaderLease, Worker
 from django_iq.process import EXIT_OK, IQProcess, new_instance, process_name
 from django_iq.queries import bound_transaction
 from django_iq.registry import autodiscover
+from django_iq.stuck import SessionTracker
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,10 @@ class Leader(IQProcess):
         self._last_run: dict[str, float] = {}
         self._failures: dict[str, FailureLog] = {}
         self._last_heartbeat = 0.0
+        # Its database sessions, reported with its heartbeats when they change (operators see
+        # what each process holds against the server's limit).
+        self.sessions = SessionTracker(router.db_for_write(Worker))
+        self._reported_sessions: list[int] | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -186,11 +191,28 @@ class Leader(IQProcess):
         ):
             return
         self._last_heartbeat = time.monotonic()
-        self.heartbeat(busy_threads=0, cpu_percent=0.0, memory_percent=0.0, is_throttled=False)
+        sessions = sorted(self.sessions.open_ids())
+        changed = sessions != self._reported_sessions
+        alive = self.heartbeat(
+            busy_threads=0,
+            cpu_percent=0.0,
+            memory_percent=0.0,
+            is_throttled=False,
+            session_ids=sessions if changed else None,
+        )
+        # A fresh row (registered again after being declared dead) names none yet.
+        self._reported_sessions = sessions if alive else None
 
     def run(self, install_signal_handlers: bool = True) -> int:
         """Campaign and lead until SIGTERM/SIGINT; release the lease on the way out."""
         self.maybe_install_signal_handlers(install_signal_handlers)
+        self.sessions.start()
+        try:
+            return self._run()
+        finally:
+            self.sessions.stop()
+
+    def _run(self) -> int:
         autodiscover()
         self.register()
         logger.info(

@@ -40,6 +40,7 @@ QUEUES = (VIEW_QUEUE,)
 # Runs, failures and durations per job over the last hour (the page and the API).
 JOB_STATS = (VIEW_QUEUE,)
 # The queues, and the worker processes with their hosts and pids.
+WORKERS = (VIEW_WORKER,)
 DASHBOARD = (VIEW_QUEUE, VIEW_WORKER)
 # Queue depths, job statistics, worker counts (no names): what the queue pages show.
 METRICS = (VIEW_QUEUE,)

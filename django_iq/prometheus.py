@@ -208,6 +208,24 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
         "Live workers the resource governor is holding back (CPU or memory over threshold).",
         value=scrape.snapshot.throttled_workers,
     )
+    server = scrape.snapshot.server_sessions
+    if server is not None:
+        yield GaugeMetricFamily(
+            "django_iq_database_max_connections",
+            "The database server's max_connections (the slots reserved for superusers included).",
+            value=server.max_connections,
+        )
+        sessions = GaugeMetricFamily(
+            "django_iq_database_sessions",
+            "Client sessions open on the database server: all of them (every database's and "
+            "user's), those the live django_iq processes report, and the headroom an ordinary "
+            "user may still open.",
+            labels=["kind"],
+        )
+        sessions.add_metric(["in_use"], server.in_use)
+        sessions.add_metric(["django_iq"], server.django_iq)
+        sessions.add_metric(["headroom"], server.headroom)
+        yield sessions
     unserved = GaugeMetricFamily(
         "django_iq_unserved_job_waiting_entries",
         "Ready entries of a job that no live worker has registered: they wait, never tried.",

@@ -32,7 +32,7 @@ from django_iq.conf import iq_settings
 from django_iq.managers import QueueStats
 from django_iq.managers.metrics import MINUTE_SECONDS, minute_of
 from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, QueueTotal, Worker
-from django_iq.queries import snapshot_reads
+from django_iq.queries import server_sessions, snapshot_reads
 from django_iq.states import COUNTED_STATES, EntryState
 
 # Worker rows listed, live ones first; stopped rows are kept for WORKER_RETENTION_SECONDS.
@@ -101,6 +101,9 @@ class WorkerView:
     cpu_percent: float
     memory_percent: float
     is_throttled: bool
+    # The database sessions the process had open at its last report of them (None: it keeps
+    # none a server could count, as on SQLite, or has not reported them yet).
+    sessions: int | None = None
 
     @property
     def idle_threads(self) -> int:
@@ -134,6 +137,42 @@ class WorkerView:
             "cpu_percent": self.cpu_percent,
             "memory_percent": self.memory_percent,
             "is_throttled": self.is_throttled,
+            "sessions": self.sessions,
+        }
+
+
+@dataclass(frozen=True)
+class ServerSessions:
+    """The database server's connection limit against what is open: the room a fleet of
+    workers has left."""
+
+    max_connections: int
+    # Slots kept for superusers (PostgreSQL's superuser_reserved_connections).
+    reserved: int
+    # Client sessions open on the server, every database's and user's.
+    in_use: int
+    # The sessions the live django_iq processes reported.
+    django_iq: int
+
+    @property
+    def headroom(self) -> int:
+        """Sessions an ordinary user may still open."""
+        return max(0, self.max_connections - self.reserved - self.in_use)
+
+    @property
+    def is_short(self) -> bool:
+        """Less than a tenth of the limit (at least 5 sessions) left: one more worker host
+        may meet "too many clients"."""
+        return self.headroom < max(5, self.max_connections // 10)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_connections": self.max_connections,
+            "reserved": self.reserved,
+            "in_use": self.in_use,
+            "django_iq": self.django_iq,
+            "headroom": self.headroom,
+            "is_short": self.is_short,
         }
 
 
@@ -194,6 +233,8 @@ class Snapshot:
     # The ``unserved_job`` alarms, by job and queue (of the queues asked for, if any); read with
     # ``unserved_jobs`` only.
     job_alarms: list[Alarm] = field(default_factory=list)
+    # The server's connection limit and sessions open (None on SQLite).
+    server_sessions: ServerSessions | None = None
 
     @property
     def totals(self) -> dict[str, int]:
@@ -256,6 +297,9 @@ class Snapshot:
             "problems": [problem.as_dict() for problem in self.problems],
             "workers": [w.as_dict() for w in self.workers],
             "leader": self.leader.as_dict() if self.leader is not None else None,
+            "server_sessions": (
+                self.server_sessions.as_dict() if self.server_sessions is not None else None
+            ),
             "unserved_jobs": (
                 [job.as_dict() for job in self.unserved_jobs]
                 if self.unserved_jobs is not None
@@ -271,12 +315,15 @@ def read_snapshot(
     worker_limit: int | None = WORKER_LIMIT,
     include_stopped: bool = True,
     unserved_jobs: bool = False,
+    server_sessions: bool = True,
 ) -> Snapshot:
     """Read queue statistics, the oldest waiting entries, the workers (listed and counted), the
     lease, the entries merged away per queue and what the alarms are decided from at ``now``,
     in one snapshot of the database (``queries.snapshot_reads``): twelve queries, whatever the
-    number of queues, entries or workers, plus the statements opening and closing the snapshot
-    when not already inside a transaction.
+    number of queues, entries or workers, two more on a database server (its connection limit
+    and sessions, ``Snapshot.server_sessions``; not read when ``server_sessions`` is false),
+    plus the statements opening and closing the
+    snapshot when not already inside a transaction.
 
     Worker rows are listed live first, then by latest heartbeat, at most ``worker_limit`` of
     them (None: all; 0: none, and no query), without those marked stopped (cleanly or declared
@@ -291,7 +338,7 @@ def read_snapshot(
     ``unserved_job`` alarms they raise (``Snapshot.job_alarms``, among ``alarms``)."""
     now = now or timezone.now()
     with snapshot_reads(router.db_for_read(Entry)):
-        return _read(now, queues, worker_limit, include_stopped, unserved_jobs)
+        return _read(now, queues, worker_limit, include_stopped, unserved_jobs, server_sessions)
 
 
 def _read(
@@ -300,6 +347,7 @@ def _read(
     worker_limit: int | None,
     include_stopped: bool,
     unserved_jobs: bool,
+    read_sessions: bool,
 ) -> Snapshot:
     waiting = Entry.objects.waiting_times()
     stats_by_name = {stats.queue: stats for stats in Queue.objects.stats(queues)}
@@ -362,6 +410,7 @@ def _read(
             cpu_percent=w.cpu_percent,
             memory_percent=w.memory_percent,
             is_throttled=w.is_throttled,
+            sessions=len(w.sessions) if w.sessions else None,
         )
         for w in rows[:limit]
     ]
@@ -392,6 +441,7 @@ def _read(
         worker_counts=counts,
         throttled_workers=throttled,
         leader=_leader(now),
+        server_sessions=_server_sessions() if read_sessions else None,
         unserved_jobs=unserved[0] if unserved is not None else None,
         job_alarms=[a for a in unserved[1] if not queues or a.queue in queues] if unserved else [],
     )
@@ -445,6 +495,17 @@ def _unserved_jobs(
     ]
     alarms.sort(key=lambda alarm: (alarm.job or "", alarm.queue or ""))
     return jobs, alarms
+
+
+def _server_sessions() -> ServerSessions | None:
+    """The server's limit and sessions, beside the sum of the live processes' reports."""
+    db = router.db_for_read(Worker)
+    found = server_sessions(db)
+    if found is None:
+        return None
+    limit, reserved, in_use = found
+    reported = sum(len(sessions or ()) for sessions in Worker.objects.live_sessions())
+    return ServerSessions(limit, reserved, in_use, reported)
 
 
 def _leader(now: datetime) -> LeaderView | None:

@@ -15,8 +15,13 @@ from django.db import connections, router, transaction
 
 from django_iq.acks import AckWriter
 from django_iq.conf import iq_settings
-from django_iq.dbconn import refresh_connections, with_db_retry
-from django_iq.governor import ResourceGovernor
+from django_iq.dbconn import (
+    SharedConnection,
+    close_idle_connections,
+    refresh_connections,
+    with_db_retry,
+)
+from django_iq.governor import Decision, ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
 from django_iq.models import Entry, GroupLock, JobLimit, Worker
@@ -41,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 # How long a process with a stuck run takes, at most, to write what it can before it exits.
 STUCK_EXIT_SECONDS = 2.0
+# A processing thread with nothing to run for this long closes its database session: an idle
+# worker keeps only its duty connection and its listening one.
+IDLE_SESSION_SECONDS = 2.0
 
 
 class WorkerProcess(IQProcess):
@@ -107,8 +115,14 @@ class WorkerProcess(IQProcess):
         self._held: set[int] = set()
         self._held_lock = threading.Lock()
         self._gate = ClaimGate()
+        # The one session of the worker's own duties: scheduling passes, acknowledgements and
+        # heartbeats take turns on it. Processing threads keep a session each while busy (the
+        # jobs' own ORM work uses it), and the listener one of its own: threads + 2 in all.
+        self.duty = SharedConnection(router.db_for_write(Entry))
         # Successes written in batches (one transaction for many jobs) by a thread of its own.
-        self.acks = AckWriter(self.name, on_settled=self._released, on_lost=self._outcome_lost)
+        self.acks = AckWriter(
+            self.name, on_settled=self._released, on_lost=self._outcome_lost, shared=self.duty
+        )
         self.ack_backlog_limit = max(64, 8 * self.processing_threads)
         # The moving average of this worker's job durations (None until one has finished).
         self._job_seconds: float | None = None
@@ -382,6 +396,7 @@ class WorkerProcess(IQProcess):
             elif thread.name == "iq-listener":
                 thread.join(2.0)
         self.mark_stopped(before=self.tally.flush)
+        self.duty.close()
         logger.info(
             "worker stopped name=%s processed=%s failed=%s released=%s abandoned=%s",
             self.name,
@@ -438,10 +453,14 @@ class WorkerProcess(IQProcess):
                 # released a group whose other entries the pass saw as locked.
                 idle_before = self._finished_locally()
                 try:
-                    with self._gate.scheduling_pass():
+                    # The duty connection first, then the gate: a heartbeat holding the one
+                    # while it waits on the other (registering again) never meets a pass
+                    # holding them the other way round.
+                    with self.duty.use(), self._gate.scheduling_pass():
                         result = scheduler.run_once()
                 except Exception:  # a loop supervisor: log, back off, go on
                     logger.exception("scheduling pass failed name=%s", self.name)
+                    self.duty.close()
                     connections.close_all()
                     self.stopping.wait(min(5.0, iq_settings.POLL_INTERVAL_SECONDS * 10))
                     continue
@@ -526,7 +545,11 @@ class WorkerProcess(IQProcess):
         processor = Processor(self.name, self.acks, self.watchdog)
         try:
             while True:
-                claim = self.handover.get()
+                try:
+                    claim = self.handover.get(timeout=IDLE_SESSION_SECONDS)
+                except queue_module.Empty:
+                    close_idle_connections()  # idle: the session goes, the next job opens one
+                    claim = self.handover.get()
                 if claim is None:
                     return
                 with self._busy_lock:
@@ -651,25 +674,31 @@ class WorkerProcess(IQProcess):
             while not self._heartbeats_end.wait(iq_settings.HEARTBEAT_INTERVAL_SECONDS):
                 decision = self.governor.last
                 try:
-                    # Read before the heartbeat opens its connection, so a reconnection of the
-                    # heartbeat's own is reported by the next one.
-                    sessions = sorted(self.sessions.open_ids())
-                    changed = sessions != self._reported_sessions
-                    # The held set is read once the heartbeat holds the worker's row, so no
-                    # claim of ours commits between that reading and the report.
-                    alive = self.heartbeat(
-                        busy_threads=self._busy,
-                        cpu_percent=decision.cpu_percent,
-                        memory_percent=decision.memory_percent,
-                        is_throttled=decision.is_throttled,
-                        held_lock_ids=self.held_locks,
-                        session_ids=sessions if changed else None,
-                    )
-                    if alive:
-                        self._reported_sessions = sessions
-                    self.tally.flush()
+                    with self.duty.use():
+                        self._beat(decision)
                 except Exception:  # heartbeats resume when the database is back
                     logger.exception("heartbeat failed name=%s", self.name)
+                    self.duty.close()
                     connections.close_all()
         finally:
             connections.close_all()
+
+    def _beat(self, decision: Decision) -> None:
+        """One heartbeat, on the duty connection: load, held locks, sessions when changed."""
+        # Read before the heartbeat opens its connection, so a reconnection of the heartbeat's
+        # own is reported by the next one.
+        sessions = sorted(self.sessions.open_ids())
+        changed = sessions != self._reported_sessions
+        # The held set is read once the heartbeat holds the worker's row, so no claim of ours
+        # commits between that reading and the report.
+        alive = self.heartbeat(
+            busy_threads=self._busy,
+            cpu_percent=decision.cpu_percent,
+            memory_percent=decision.memory_percent,
+            is_throttled=decision.is_throttled,
+            held_lock_ids=self.held_locks,
+            session_ids=sessions if changed else None,
+        )
+        if alive:
+            self._reported_sessions = sessions
+        self.tally.flush()

@@ -292,6 +292,15 @@ ERROR_FILTERS: tuple[Param, ...] = (
 )
 
 
+INCLUDE_STOPPED = Param(
+    "include_stopped",
+    {"type": "boolean"},
+    "true: list processes marked stopped (cleanly, or declared dead) too.",
+    "true or false",
+    parse_boolean,
+)
+
+
 def parse_query(query: QueryDict, params: Sequence[Param]) -> dict[str, Any]:
     """Read the parameters of ``query`` declared in ``params``; raise ``ApiError`` (400) for
     an unknown or repeated parameter and ``InvalidParameter`` for a value that does not parse."""

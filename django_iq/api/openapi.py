@@ -11,7 +11,13 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from django_iq import __version__, permissions
-from django_iq.api.filters import ENTRY_FILTERS, ERROR_FILTERS, OUTCOME_FILTERS, Param
+from django_iq.api.filters import (
+    ENTRY_FILTERS,
+    ERROR_FILTERS,
+    INCLUDE_STOPPED,
+    OUTCOME_FILTERS,
+    Param,
+)
 from django_iq.api.pagination import FORMAT, NDJSON_CONTENT_TYPE, PAGE_PARAMS
 from django_iq.api.schemas import SCHEMAS, ref
 
@@ -178,6 +184,19 @@ OPERATIONS: tuple[Operation, ...] = (
         "timeouts included), and the median and 95th percentile of their durations, failures "
         "included, within 11.1 % of the true durations.",
         permissions=permissions.JOB_STATS,
+    ),
+    Operation(
+        "/workers/",
+        "get",
+        "listWorkers",
+        "Worker and leader processes",
+        {200: ("Live processes first, then by latest heartbeat.", "WorkerList")},
+        "Each process's load as its heartbeats report it, and the database sessions it holds, "
+        "beside the server's max_connections and the sessions open on it: the room left for "
+        "more worker hosts. At most 500 processes, live ones first; stopped ones are left out "
+        "unless include_stopped=true.",
+        parameters=(INCLUDE_STOPPED,),
+        permissions=permissions.WORKERS,
     ),
     Operation(
         "/queues/{name}/pause/",

@@ -289,6 +289,73 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         }
     ),
     "QueueList": closed_object({"queues": {"type": "array", "items": ref("Queue")}}),
+    "Worker": closed_object(
+        {
+            "name": {"type": "string"},
+            "role": {"type": "string", "enum": ["worker", "leader"]},
+            "host": {"type": "string"},
+            "pid": {"type": "integer"},
+            "queues": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The queues it serves; empty: every queue.",
+            },
+            "is_live": {"type": "boolean"},
+            "state": {"type": "string", "enum": ["live", "stopped", "dead"]},
+            "heartbeat_at": DATE_TIME,
+            "heartbeat_age_seconds": {"type": "number"},
+            "processing_threads": {"type": "integer"},
+            "busy_threads": {"type": "integer"},
+            "idle_threads": {"type": "integer"},
+            "cpu_percent": {"type": "number"},
+            "memory_percent": {"type": "number"},
+            "is_throttled": {"type": "boolean"},
+            "sessions": {
+                "type": ["integer", "null"],
+                "description": "Database sessions the process holds, as its last heartbeat "
+                "reporting a change said (null on SQLite, or before its first report).",
+            },
+        }
+    ),
+    "ServerSessions": closed_object(
+        {
+            "max_connections": {"type": "integer"},
+            "reserved": {
+                "type": "integer",
+                "description": "Of max_connections, kept for superusers.",
+            },
+            "in_use": {
+                "type": "integer",
+                "description": "Client sessions open on the server, every database's and user's.",
+            },
+            "django_iq": {
+                "type": "integer",
+                "description": "The sessions the live django_iq processes report.",
+            },
+            "headroom": {
+                "type": "integer",
+                "description": "Sessions an ordinary user may still open.",
+            },
+            "is_short": {
+                "type": "boolean",
+                "description": "Less than a tenth of max_connections (at least 5) left.",
+            },
+        }
+    ),
+    "WorkerList": closed_object(
+        {
+            "generated_at": DATE_TIME,
+            "workers": {"type": "array", "items": ref("Worker")},
+            "truncated": {
+                "type": "boolean",
+                "description": "More processes than listed: live ones come first.",
+            },
+            "server_sessions": {
+                "oneOf": [ref("ServerSessions"), {"type": "null"}],
+                "description": "The database server's sessions against its limit (null on SQLite).",
+            },
+        }
+    ),
     "QueueChange": closed_object(
         {
             "queue": {"type": "string"},

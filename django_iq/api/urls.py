@@ -30,6 +30,7 @@ urlpatterns = [
     *route("outcomes/", views.outcome_list, "outcome-list"),
     *route("queues/", views.queue_list, "queue-list"),
     *route("queues/<path:name>/pause/", views.queue_pause, "queue-pause"),
+    *route("workers/", views.worker_list, "worker-list"),
     *route("queues/<path:name>/resume/", views.queue_resume, "queue-resume"),
     path("openapi.json", views.openapi_document, name="openapi"),
 ]

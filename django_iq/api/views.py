@@ -29,6 +29,7 @@ from django_iq.api.endpoint import (
 from django_iq.api.filters import (
     ENTRY_FILTERS,
     ERROR_FILTERS,
+    INCLUDE_STOPPED,
     OUTCOME_FILTERS,
     Param,
     apply_filters,
@@ -317,6 +318,30 @@ def job_stats(request: HttpRequest) -> HttpResponseBase:
             "generated_at": now,
             "window_start": window_start(now),
             "jobs": [stats.as_dict() for stats in JobMinute.objects.last_hour(now)],
+        }
+    )
+
+
+# The most processes one listing shows (live ones first).
+WORKER_LIST_LIMIT = 500
+
+
+@endpoint(GET=permissions.WORKERS)
+def worker_list(request: HttpRequest) -> HttpResponseBase:
+    """The worker and leader processes with their load and database sessions, and the
+    server's sessions against its limit."""
+    query = parse_query(request.GET, (INCLUDE_STOPPED,))
+    snapshot = read_snapshot(
+        worker_limit=WORKER_LIST_LIMIT, include_stopped=query.get("include_stopped", False)
+    )
+    return JsonResponse(
+        {
+            "generated_at": snapshot.now,
+            "workers": [{**w.as_dict(), "state": w.state} for w in snapshot.workers],
+            "truncated": snapshot.workers_truncated,
+            "server_sessions": (
+                snapshot.server_sessions.as_dict() if snapshot.server_sessions else None
+            ),
         }
     )
 

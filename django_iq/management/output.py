@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_iq.models import Queue
 from django_iq.registry import declared_queues
-from django_iq.snapshot import Snapshot
+from django_iq.snapshot import ServerSessions, Snapshot
 from django_iq.states import COUNTED_STATES
 
 
@@ -52,6 +52,15 @@ def render_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> st
         return "  ".join(parts).rstrip()
 
     return "\n".join(line(values) for values in [headers, *cells])
+
+
+def describe_server_sessions(found: ServerSessions) -> str:
+    """One line: the server's sessions against its limit, django_iq's share, the room left."""
+    reserved = f", {found.reserved} reserved for superusers" if found.reserved else ""
+    return (
+        f"Database sessions: {found.in_use} of max_connections {found.max_connections} in use"
+        f"{reserved}; django_iq processes hold {found.django_iq}; headroom {found.headroom}"
+    )
 
 
 def render_text(status: Snapshot) -> str:
@@ -117,6 +126,7 @@ def render_text(status: Snapshot) -> str:
             ">CPU",
             ">MEMORY",
             "THROTTLED",
+            ">SESSIONS",
         ]
         worker_rows: list[list[object]] = [
             [
@@ -129,12 +139,15 @@ def render_text(status: Snapshot) -> str:
                 f"{w.cpu_percent:.0f}%",
                 f"{w.memory_percent:.0f}%",
                 "yes" if w.is_throttled else "no",
+                w.sessions if w.is_live and w.sessions is not None else "-",
             ]
             for w in sorted(status.workers, key=lambda w: (not w.is_live, w.role, w.name))
         ]
         lines.append(render_table(columns, worker_rows))
     else:
         lines.append("No running workers.")
+    if status.server_sessions is not None:
+        lines.append(describe_server_sessions(status.server_sessions))
     lines.append("")
 
     if status.unserved_jobs:

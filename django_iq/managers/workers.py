@@ -212,6 +212,10 @@ class WorkerManager(models.Manager["Worker"]):
         rows = self.live().filter(role="worker").values_list("queues", flat=True)
         return [list(names or []) for names in rows]
 
+    def live_sessions(self) -> list[list[Any]]:
+        """The database sessions each live process last reported (``sessions``)."""
+        return [list(found or []) for found in self.live().values_list("sessions", flat=True)]
+
     def prune(self, stopped_before_seconds: float, batch_size: int) -> int:
         """Delete up to ``batch_size`` rows of workers stopped longer ago than given, but none
         naming database sessions still to be ended (``sessions``)."""

@@ -90,3 +90,37 @@ def sessions_left(db: str, sessions: list[list[Any]]) -> list[list[Any]]:
             if cursor.fetchone() is not None:
                 left.append([session, start])
         return left
+
+
+# The server's connection limit, the slots kept for superusers, and the client sessions open now
+# (every database's, every user's: the limit is the server's).
+SERVER_SESSIONS_POSTGRESQL = """
+SELECT current_setting('max_connections')::int,
+       current_setting('superuser_reserved_connections')::int,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')
+"""
+SERVER_SESSIONS_MYSQL = """
+SELECT @@max_connections, 0,
+       (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS
+        WHERE VARIABLE_NAME = 'THREADS_CONNECTED')
+"""
+
+
+def server_sessions(db: str) -> tuple[int, int, int] | None:
+    """``(max_connections, reserved for superusers, client sessions open)`` of the server behind
+    ``db``; None where there is no server (SQLite) or it will not say."""
+    vendor = connections[db].vendor
+    sql = {"postgresql": SERVER_SESSIONS_POSTGRESQL, "mysql": SERVER_SESSIONS_MYSQL}.get(vendor)
+    if sql is None:
+        return None
+    with connections[db].cursor() as cursor:
+        try:
+            cursor.execute(sql)
+        except DatabaseError:
+            if vendor == "postgresql":
+                raise  # the transaction is aborted: the caller must know
+            return None  # a MySQL server without MariaDB's status table: not shown
+        row = cursor.fetchone()
+    if row is None or row[0] is None or row[2] is None:
+        return None
+    return int(row[0]), int(row[1]), int(row[2])

@@ -29,7 +29,7 @@ from tests.testapp.jobs import record
 pytestmark = pytest.mark.django_db
 
 # The view permissions of the API's reads, and the permissions of its actions.
-VIEWS = ("view_entry", "view_entryerror", "view_queue", "view_runoutcome")
+VIEWS = ("view_entry", "view_entryerror", "view_queue", "view_runoutcome", "view_worker")
 ACTIONS = ("cancel_entry", "requeue_entryerror", "pause_queue")
 PERMISSIONS = VIEWS + ACTIONS
 

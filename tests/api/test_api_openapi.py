@@ -17,7 +17,13 @@ from django_iq.api.openapi import document
 from django_iq.api.pagination import encode_cursor
 from django_iq.models import JobMinute
 from tests.api.test_api import PERMISSIONS, VIEWS, Api, make_user
-from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory, RunOutcomeFactory
+from tests.factories import (
+    EntryErrorFactory,
+    EntryFactory,
+    QueueFactory,
+    RunOutcomeFactory,
+    WorkerFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -231,6 +237,12 @@ def test_every_answer_matches_its_documented_schema(doc: dict[str, Any]) -> None
     get("/queues/")
     JobMinute.objects.create(job_name="shop.jobs.invoice", minute=timezone.now(), bucket=9, runs=3)
     get("/jobs/stats/")
+    WorkerFactory(sessions=[[101, 1.5], [102, 1.5]])
+    WorkerFactory(name="web:1:ab:leader", role="leader", stopped_at=timezone.now())
+    listed = get("/workers/", include_stopped="true")
+    by_name = {w["name"]: w for w in listed["workers"]}
+    assert by_name["web:1:ab:leader"]["state"] == "stopped"
+    assert sorted(w["sessions"] or 0 for w in listed["workers"]) == [0, 0, 2]
     get("/openapi.json")
 
     def send(path: str, method: str, real: str, body: Any = None) -> Any:

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from django_iq import operations
+from django_iq import operations, snapshot
 from django_iq.management.commands import iq_status
 from django_iq.management.output import format_seconds, render_table
 from django_iq.models import (
@@ -162,6 +162,7 @@ def test_status_json_keys_are_stable() -> None:
         "merged",
         "problems",
         "queues",
+        "server_sessions",
         "totals",
         "unserved_jobs",
         "workers",
@@ -195,6 +196,7 @@ def test_status_json_keys_are_stable() -> None:
             "cpu_percent",
             "memory_percent",
             "is_throttled",
+            "sessions",
         ]
     )
     assert sorted(document["leader"]) == ["acquired_at", "epoch", "expires_at", "holder", "is_held"]
@@ -261,7 +263,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
     assert "Workers (1 live, 1 dead)" in lines
     workers = lines.index("Workers (1 live, 1 dead)")
     assert lines[workers + 2].split()[:3] == ["web1:10", "worker", "live"]
-    assert lines[workers + 2].split()[-5:] == ["3", "1", "42%", "0%", "yes"]
+    assert lines[workers + 2].split()[-6:] == ["3", "1", "42%", "0%", "yes", "-"]
     assert lines[workers + 3].split()[:3] == ["web2:11", "worker", "dead"]
     assert "web3:12" not in output
     assert lines[lines.index("Leader") + 1].startswith("web1:20:leader  epoch 7  lease expires in")
@@ -282,10 +284,18 @@ def test_the_example_of_docs_reference_cli_is_what_iq_status_prints(
     QueueFactory(name="reports", is_paused=True)
     workers = [
         WorkerFactory(
-            name="web1:4242:5f0c3a9e1b2d", busy_threads=4, cpu_percent=71, memory_percent=38
+            name="web1:4242:5f0c3a9e1b2d",
+            busy_threads=4,
+            cpu_percent=71,
+            memory_percent=38,
+            sessions=[[pid, 1.0] for pid in range(6)],
         ),
         WorkerFactory(
-            name="web2:4310:a71e04c6d8b3", busy_threads=4, cpu_percent=93, memory_percent=41
+            name="web2:4310:a71e04c6d8b3",
+            busy_threads=4,
+            cpu_percent=93,
+            memory_percent=41,
+            sessions=[[pid, 1.0] for pid in range(6, 12)],
         ),
     ]
     EntryFactory.create_batch(2, deferred=True)
@@ -309,6 +319,7 @@ def test_the_example_of_docs_reference_cli_is_what_iq_status_prints(
         cpu_percent=2,
         memory_percent=5,
         heartbeat_at=now,
+        sessions=[[12, 1.0]],
     )
     WorkerFactory(
         name="web3:977:3c9d2e7f10a5", cpu_percent=12, memory_percent=20, heartbeat_at=ago(252)
@@ -317,6 +328,8 @@ def test_the_example_of_docs_reference_cli_is_what_iq_status_prints(
         holder="web1:4250:0d3b6f2a91c4:leader", epoch=12, expires_at=now + timedelta(seconds=13)
     )
     monkeypatch.setattr(iq_status, "read_snapshot", functools.partial(read_snapshot, now=now))
+    # The server's limit and sessions, as a PostgreSQL server would say them.
+    monkeypatch.setattr(snapshot, "server_sessions", lambda db: (100, 3, 37))
 
     # The default silence (30 s), not the tests' 3 s: building 455 entries may take seconds.
     with iq_settings_with(WORKER_SILENT_AFTER_SECONDS=30):

@@ -25,6 +25,7 @@ from django_iq.managers.metrics import minute_of
 from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, Worker
 from django_iq.worker import WorkerProcess
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory, WorkerFactory
+from tests.ops.test_prometheus import SERVER_SESSION_QUERIES
 from tests.testapp.jobs import always_fails, record
 
 pytestmark = pytest.mark.urls("tests.urls_dashboard")
@@ -418,6 +419,36 @@ def test_workers_table_shows_state_role_and_throttling(operator_client: Client) 
     assert headline(html, "iq-throttled") == "1"
 
 
+@pytest.mark.django_db
+def test_workers_table_shows_each_process_sessions_and_the_server_room_left(
+    operator_client: Client,
+) -> None:
+    WorkerFactory(name="w-live", sessions=[[101, 1.0], [102, 1.0], [103, 1.0]])
+    WorkerFactory(name="w-sqlite")
+    WorkerFactory(
+        name="w-dead", sessions=[[104, 1.0]], heartbeat_at=timezone.now() - timedelta(minutes=10)
+    )
+
+    html = operator_client.get(URL).content.decode()
+    rows = cells(html)
+
+    assert rows["w-live"]["sessions=3"] == "3"
+    assert rows["w-sqlite"]["sessions="] == "–"
+    assert rows["w-dead"]["sessions=1"] == "–", "a dead process holds nothing to count"
+    if connection.vendor == "sqlite":
+        assert 'id="iq-server-sessions"' not in html
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('max_connections')"
+            if connection.vendor == "postgresql"
+            else "SELECT @@max_connections"
+        )
+        limit = int(cursor.fetchone()[0])
+    in_use, of_limit = headline(html, "iq-server-sessions").split(" / ")
+    assert int(of_limit) == limit and 1 <= int(in_use) <= limit
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_that_ran_shows_as_stopped_not_dead_after_a_clean_exit() -> None:
     record.enqueue("x")
@@ -490,8 +521,9 @@ def test_dashboard_data_takes_twenty_two_queries(django_assert_num_queries: Any)
 
     # The operator snapshot's twelve, the jobs no live worker serves (two), the per-minute
     # counts, the last hour per job, the jobs' limits (none here: one), the leader's row, the
-    # running entries (two), the latency and the depth series: five more than the snapshot's.
-    with django_assert_num_queries(22):
+    # running entries (two), the latency and the depth series: five more than the snapshot's;
+    # on a database server, its sessions and those the live processes report.
+    with django_assert_num_queries(22 + SERVER_SESSION_QUERIES[connection.vendor]):
         dashboard_data(timezone.now())
 
 
