@@ -510,3 +510,29 @@ def raises_odd(token: str, kind: str) -> None:
         token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
     )
     raise ODD_EXCEPTIONS[kind]()
+
+
+@job(max_attempts=20)
+def recorded_in_file(token: str, path: str, group_key: str = "", seconds: float = 0.0) -> str:
+    """The partition scenarios' job: append this run's start, then its end (``end``) or the
+    exception that stopped it, to ``path``, as a run cut off from the database cannot write
+    to it. Works in short steps, as Python code does, so an exception raised in its thread
+    arrives within one step."""
+    pid = os.getpid()
+
+    def write(event: str) -> None:
+        with open(path, "a") as out:  # one line per write, appended whole
+            out.write(f"{event} {token} {group_key or '-'} {pid} {time.time():.6f}\n")
+
+    write("start")
+    outcome = "end"
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.02)  # the job's own work, in short steps
+    except BaseException as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        write(outcome)
+    return token
