@@ -36,6 +36,10 @@ EXIT_RECYCLE = 3
 # raised in it) and exited at once, its locks held: its supervisor ends the database sessions it
 # left open, marks it dead (its locks go to recovery) and starts a fresh one at once.
 EXIT_STUCK = 4
+# A worker cut off from the database (no heartbeat completed for fencing.fence_after_seconds())
+# that stopped its runs, and exited once it reached the database again, or at once when a run
+# did not stop: its locks are held for recovery, as with EXIT_STUCK.
+EXIT_FENCED = 5
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Signals arriving this soon after the first are one stop request, not a second one: the same
 # request reaching a process from its --processes parent and from its process group (or

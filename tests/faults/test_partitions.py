@@ -1,0 +1,175 @@
+"""The network silently drops a worker's or the leader's traffic to the database (no reset: a
+partition, a dead switch, a hung fail-over) for longer than the silence limit, then heals.
+
+The leader rightly declares a cut worker silent and gives its entries to another worker; the
+cut worker must have stopped its runs by then (self-fencing), so that no entry and no group
+ever runs in two places at once. Judged from the runs the job appended to a file, since a cut
+run cannot write to the database."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_iq.models import Entry, LeaderLease, Worker
+from tests.conftest import wait_until
+from tests.faults.harness import Verdict, env_with, start_leader, start_worker, stop_all
+from tests.faults.partition import (
+    ExitWatch,
+    enqueue_in_file,
+    file_runs,
+    partition_verdict,
+    recovery_errors,
+    relay,
+    through,
+)
+from tests.faults.test_process_faults import live_workers
+from tests.processes import pid_of
+
+HEARTBEAT = 0.5
+SILENT_AFTER = 3.0
+# Longer than the silence limit, by two heartbeats and some: the leader declares the cut
+# process dead and another takes over its work while it is still cut.
+CUT_SECONDS = SILENT_AFTER + 2 * HEARTBEAT + 4
+JOB_SECONDS = 6.0
+
+
+@pytest.fixture(autouse=True)
+def _over_the_network() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite is a file: there is no network to cut")
+
+
+def settings_env() -> dict[str, str]:
+    return env_with(
+        HEARTBEAT_INTERVAL_SECONDS=HEARTBEAT,
+        WORKER_SILENT_AFTER_SECONDS=SILENT_AFTER,
+        LEADER_LEASE_SECONDS=2,
+        LEADER_POLL_SECONDS=0.1,
+    )
+
+
+def started_on(path: Path, pid: int) -> int:
+    return sum(r.pid == pid for r in file_runs(path, {}))
+
+
+def test_a_worker_cut_off_mid_run_stops_its_runs_before_they_run_elsewhere(
+    tmp_path: Path, verdicts: list[Verdict]
+) -> None:
+    path = tmp_path / "runs.log"
+    singles, grouped = ["w-0", "w-1"], ["w-g0", "w-g1"]
+    tokens = singles + grouped
+    enqueue_in_file(path, singles, "", JOB_SECONDS)
+    enqueue_in_file(path, grouped, "w-g", JOB_SECONDS)
+    env = settings_env()
+    with relay() as proxy:
+        cut = start_worker("--threads", "4", env=through(proxy, env))
+        leader = start_leader(env=env)
+        # Both singles and the group's first entry run on the worker about to be cut.
+        wait_until(lambda: started_on(path, cut.pid) == 3, message="three runs on the worker")
+        other = start_worker("--threads", "4", env=env)  # ready for what recovery gives back
+        wait_until(lambda: live_workers() == 2, message="the second worker")
+        exits = ExitWatch(cut)
+        cut_at = time.time()
+        proxy.silence()
+        time.sleep(CUT_SECONDS)  # the partition's length is the scenario
+        proxy.restore()
+        healed_at = time.time()
+        wait_until(
+            lambda: (
+                {r.token for r in file_runs(path, {}) if r.outcome == "end"} == set(tokens)
+                and not Entry.objects.exists()
+            ),
+            timeout=40,
+            interval=0.25,
+            message="every entry done",
+        )
+        # The cut process exits for its supervisor, or registers again with nothing running.
+        wait_until(
+            lambda: (
+                cut.poll() is not None
+                or Worker.objects.filter(
+                    pid=cut.pid, stopped_at__isnull=True, heartbeat_at__isnull=False
+                ).exists()
+            ),
+            timeout=20,
+            message="the cut worker to exit or rejoin",
+        )
+        exits.close()
+        cut_output = cut.output()
+        stop_all([cut, other, leader])
+    runs = file_runs(path, exits.exited)
+    for run in runs:
+        print(
+            f"{run.token} pid={run.pid} {'cut' if run.pid == cut.pid else 'other'} "
+            f"{run.start - cut_at:+.2f}s..{run.end - cut_at:+.2f}s {run.outcome}"
+        )
+    verdict = partition_verdict("worker cut off mid-run (silent network)", tokens, runs, faults=1)
+    verdicts.append(verdict)
+    assert verdict.problems() == [], (verdict.problems(), cut_output[-3000:])
+    cut_runs = [r for r in runs if r.pid == cut.pid]
+    # Nothing started on the cut worker while it was cut, nor after (it had runs to give up).
+    assert all(r.start < cut_at for r in cut_runs), cut_runs
+    # Its runs stopped before the silence limit (less the time since its last heartbeat).
+    assert all(r.end - cut_at < SILENT_AFTER for r in cut_runs), cut_runs
+    # Each entry ran to its end exactly once; a cut run's attempt was counted by recovery,
+    # not written by the cut worker.
+    for token in tokens:
+        ends = [r for r in runs if r.token == token and r.outcome == "end"]
+        assert len(ends) == 1, (token, ends)
+    for run in cut_runs:
+        assert recovery_errors(run.token) == ["django_iq.exceptions.WorkerLost"], run
+    assert healed_at - cut_at >= CUT_SECONDS
+
+
+def test_a_leader_cut_off_writes_nothing_once_a_second_leader_took_over(
+    tmp_path: Path, verdicts: list[Verdict]
+) -> None:
+    path = tmp_path / "runs.log"
+    env = settings_env()
+    with relay() as proxy:
+        cut = start_leader(env=through(proxy, env))
+        wait_until(
+            lambda: LeaderLease.objects.filter(holder__contains=f":{cut.pid}:").exists(),
+            message="the leader through the relay to be elected",
+        )
+        standby = start_leader(env=env)
+        victim = start_worker("--threads", "2", env=env)
+        tokens = ["l-0", "l-1"]
+        enqueue_in_file(path, tokens, "", JOB_SECONDS)
+        wait_until(lambda: started_on(path, victim.pid) == 2, message="two runs on the worker")
+        epoch = LeaderLease.objects.get().epoch
+        proxy.silence()
+        # The worker dies while the leader is cut: only a leader that took over recovers it.
+        victim.kill_hard()
+        killed_at = time.time()
+        rescuer = start_worker("--threads", "2", env=env)
+        time.sleep(CUT_SECONDS)  # the partition's length is the scenario
+        lease = LeaderLease.objects.get()
+        assert pid_of(lease.holder) == standby.pid and lease.epoch > epoch, lease
+        proxy.restore()
+        wait_until(
+            lambda: (
+                {r.token for r in file_runs(path, {}) if r.outcome == "end"} == set(tokens)
+                and not Entry.objects.exists()
+            ),
+            timeout=40,
+            interval=0.25,
+            message="every entry done",
+        )
+        time.sleep(2 * HEARTBEAT + 1)  # the healed leader's passes, had it anything to write
+        lease = LeaderLease.objects.get()
+        assert pid_of(lease.holder) == standby.pid, "the cut leader did not take the lease back"
+        cut_output = cut.output()
+        stop_all([cut, standby, rescuer])
+    runs = file_runs(path, {victim.pid: killed_at})
+    verdict = partition_verdict("leader cut off (silent network)", tokens, runs, faults=2)
+    verdicts.append(verdict)
+    assert verdict.problems() == [], verdict.problems()
+    # Recovered once, by the leader that took over: one attempt counted per killed run.
+    for token in tokens:
+        assert recovery_errors(token) == ["django_iq.exceptions.WorkerLost"], token
+    assert "recovered lock" not in cut_output.split("leadership lost")[-1], cut_output[-3000:]
