@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from django.db import InterfaceError, OperationalError, connections
 
-from django_iq.dbconn import refresh_connections, with_db_retry
+from django_iq.dbconn import apply_network_timeouts, refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidProcessName
 from django_iq.limits import text_problem
 from django_iq.models import Worker
@@ -140,6 +140,8 @@ class IQProcess:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # A database cut off without a reset (a partition) shows in bounded time.
+        apply_network_timeouts()
         self.stopping = threading.Event()
         self.worker: Worker | None = None
         self._signals = 0
