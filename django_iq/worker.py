@@ -138,6 +138,8 @@ class WorkerProcess(IQProcess):
         self._fenced_at: float | None = None
         self._fenced_claims: list[Claim] = []
         self._parked: queue_module.Queue[Claim] = queue_module.Queue()
+        # Locks of claims in hand that recovery released while this worker was declared dead.
+        self._revoked: set[int] = set()
         # Set once the process exits at once with runs still going (stuck past their timeout,
         # or still running at the end of a stop): it then keeps its locks and is never marked
         # stopped. Set and read with ``_exit_lock`` held, as marking the row stopped is, so
@@ -322,6 +324,10 @@ class WorkerProcess(IQProcess):
                 held = self.held_locks()
                 if held:
                     GroupLock.objects.adopt(held, worker)
+                    kept = GroupLock.objects.filter(pk__in=held, worker=worker)
+                    # Released by recovery meanwhile: perhaps running elsewhere already, so a
+                    # claim of these not started yet never starts here.
+                    self._revoked.update(set(held) - set(kept.values_list("pk", flat=True)))
             self.worker = worker
             self._reported_sessions = None  # the fresh row names none yet
             for scheduler in self._schedulers:
@@ -563,6 +569,16 @@ class WorkerProcess(IQProcess):
                 try:
                     if self._fenced_at is not None:
                         self._parked.put(claim)  # not started while cut off
+                        continue
+                    if claim.lock_id in self._revoked:
+                        logger.warning(
+                            "claim lock=%s not started: recovery released it while this worker "
+                            "was declared dead name=%s",
+                            claim.lock_id,
+                            self.name,
+                        )
+                        self._revoked.discard(claim.lock_id)
+                        self._released(claim)
                         continue
                     result = processor.run_claim(claim, self.stopping.is_set)
                     for started_at, latency in result.starts:

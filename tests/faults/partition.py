@@ -72,11 +72,13 @@ class ExitWatch:
         self._thread.join()
 
 
-def enqueue_in_file(path: Path, tokens: list[str], group: str, seconds: float) -> None:
+def enqueue_in_file(
+    path: Path, tokens: list[str], group: str, seconds: float, step: float = 0.02
+) -> None:
     for token in tokens:
         options = {"group_key": group} if group else {}
         recorded_in_file.using(**options).enqueue(
-            token, str(path), group_key=group, seconds=seconds
+            token, str(path), group_key=group, seconds=seconds, step=step
         )
 
 

@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 
 from django_iq.models import Entry, LeaderLease, Worker
+from django_iq.process import EXIT_FENCED
 from tests.conftest import wait_until
 from tests.faults.harness import Verdict, env_with, start_leader, start_worker, stop_all
 from tests.faults.partition import (
@@ -52,18 +53,35 @@ def settings_env() -> dict[str, str]:
     )
 
 
+def wait_for_every_end(path: Path, tokens: list[str]) -> None:
+    wait_until(
+        lambda: (
+            {r.token for r in file_runs(path, {}) if r.outcome == "end"} == set(tokens)
+            and not Entry.objects.exists()
+        ),
+        timeout=40,
+        interval=0.25,
+        message="every entry done",
+    )
+
+
 def started_on(path: Path, pid: int) -> int:
     return sum(r.pid == pid for r in file_runs(path, {}))
 
 
+@pytest.mark.parametrize(
+    "blocked", [False, True], ids=["jobs in Python code", "jobs blocked in C code"]
+)
 def test_a_worker_cut_off_mid_run_stops_its_runs_before_they_run_elsewhere(
-    tmp_path: Path, verdicts: list[Verdict]
+    blocked: bool, tmp_path: Path, verdicts: list[Verdict]
 ) -> None:
     path = tmp_path / "runs.log"
     singles, grouped = ["w-0", "w-1"], ["w-g0", "w-g1"]
     tokens = singles + grouped
-    enqueue_in_file(path, singles, "", JOB_SECONDS)
-    enqueue_in_file(path, grouped, "w-g", JOB_SECONDS)
+    # Blocked: one sleep as long as the run, which WorkerFenced cannot interrupt.
+    step = JOB_SECONDS if blocked else 0.02
+    enqueue_in_file(path, singles, "", JOB_SECONDS, step)
+    enqueue_in_file(path, grouped, "w-g", JOB_SECONDS, step)
     env = settings_env()
     with relay() as proxy:
         cut = start_worker("--threads", "4", env=through(proxy, env))
@@ -76,17 +94,10 @@ def test_a_worker_cut_off_mid_run_stops_its_runs_before_they_run_elsewhere(
         cut_at = time.time()
         proxy.silence()
         time.sleep(CUT_SECONDS)  # the partition's length is the scenario
+        exited_while_cut = cut.poll()
         proxy.restore()
         healed_at = time.time()
-        wait_until(
-            lambda: (
-                {r.token for r in file_runs(path, {}) if r.outcome == "end"} == set(tokens)
-                and not Entry.objects.exists()
-            ),
-            timeout=40,
-            interval=0.25,
-            message="every entry done",
-        )
+        wait_for_every_end(path, tokens)
         # The cut process exits for its supervisor, or registers again with nothing running.
         wait_until(
             lambda: (
@@ -107,7 +118,12 @@ def test_a_worker_cut_off_mid_run_stops_its_runs_before_they_run_elsewhere(
             f"{run.token} pid={run.pid} {'cut' if run.pid == cut.pid else 'other'} "
             f"{run.start - cut_at:+.2f}s..{run.end - cut_at:+.2f}s {run.outcome}"
         )
-    verdict = partition_verdict("worker cut off mid-run (silent network)", tokens, runs, faults=1)
+    scenario = (
+        "worker cut off mid-run, jobs blocked in C (silent network)"
+        if blocked
+        else ("worker cut off mid-run (silent network)")
+    )
+    verdict = partition_verdict(scenario, tokens, runs, faults=1)
     verdicts.append(verdict)
     assert verdict.problems() == [], (verdict.problems(), cut_output[-3000:])
     cut_runs = [r for r in runs if r.pid == cut.pid]
@@ -123,6 +139,11 @@ def test_a_worker_cut_off_mid_run_stops_its_runs_before_they_run_elsewhere(
     for run in cut_runs:
         assert recovery_errors(run.token) == ["django_iq.exceptions.WorkerLost"], run
     assert healed_at - cut_at >= CUT_SECONDS
+    # It stopped runs, so it exits for its supervisor: at once when they did not stop, else
+    # once it reaches the database again.
+    assert cut.poll() == EXIT_FENCED, cut_output[-3000:]
+    assert exited_while_cut == (EXIT_FENCED if blocked else None), cut_output[-3000:]
+    assert {r.outcome for r in cut_runs} == ({"exit"} if blocked else {"RaisedFence"})
 
 
 def test_a_leader_cut_off_writes_nothing_once_a_second_leader_took_over(
@@ -151,15 +172,7 @@ def test_a_leader_cut_off_writes_nothing_once_a_second_leader_took_over(
         lease = LeaderLease.objects.get()
         assert pid_of(lease.holder) == standby.pid and lease.epoch > epoch, lease
         proxy.restore()
-        wait_until(
-            lambda: (
-                {r.token for r in file_runs(path, {}) if r.outcome == "end"} == set(tokens)
-                and not Entry.objects.exists()
-            ),
-            timeout=40,
-            interval=0.25,
-            message="every entry done",
-        )
+        wait_for_every_end(path, tokens)
         time.sleep(2 * HEARTBEAT + 1)  # the healed leader's passes, had it anything to write
         lease = LeaderLease.objects.get()
         assert pid_of(lease.holder) == standby.pid, "the cut leader did not take the lease back"
@@ -173,3 +186,39 @@ def test_a_leader_cut_off_writes_nothing_once_a_second_leader_took_over(
     for token in tokens:
         assert recovery_errors(token) == ["django_iq.exceptions.WorkerLost"], token
     assert "recovered lock" not in cut_output.split("leadership lost")[-1], cut_output[-3000:]
+
+
+def test_an_idle_worker_cut_off_claims_again_once_the_network_heals(
+    tmp_path: Path, verdicts: list[Verdict]
+) -> None:
+    path = tmp_path / "runs.log"
+    env = settings_env()
+    with relay() as proxy:
+        cut = start_worker("--threads", "2", env=through(proxy, env))
+        leader = start_leader(env=env)
+        other = start_worker("--threads", "2", env=env)
+        wait_until(lambda: live_workers() == 2, message="both workers")
+        proxy.silence()
+        during = [f"i-{i}" for i in range(4)]
+        enqueue_in_file(path, during, "", 0.2)  # for the other worker, while one is cut off
+        time.sleep(CUT_SECONDS)  # the partition's length is the scenario
+        proxy.restore()
+        # Declared dead meanwhile, it registers again under a fresh row and claims again.
+        wait_until(
+            lambda: Worker.objects.filter(
+                name__contains=f":{cut.pid}:", stopped_at__isnull=True
+            ).exists(),
+            timeout=20,
+            message="the cut worker to register again",
+        )
+        after = [f"i-after-{i}" for i in range(12)]
+        enqueue_in_file(path, after, "", 0.5)
+        wait_for_every_end(path, during + after)
+        assert cut.poll() is None, cut.output()[-3000:]
+        stop_all([cut, other, leader])
+    runs = file_runs(path, {})
+    verdict = partition_verdict("idle worker cut off (silent network)", during + after, runs, 1)
+    verdicts.append(verdict)
+    assert verdict.problems() == [], verdict.problems()
+    assert not any(r.pid == cut.pid and r.token in during for r in runs)
+    assert any(r.pid == cut.pid for r in runs), "the healed worker claimed again"

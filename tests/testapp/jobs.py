@@ -513,11 +513,13 @@ def raises_odd(token: str, kind: str) -> None:
 
 
 @job(max_attempts=20)
-def recorded_in_file(token: str, path: str, group_key: str = "", seconds: float = 0.0) -> str:
+def recorded_in_file(
+    token: str, path: str, group_key: str = "", seconds: float = 0.0, step: float = 0.02
+) -> str:
     """The partition scenarios' job: append this run's start, then its end (``end``) or the
     exception that stopped it, to ``path``, as a run cut off from the database cannot write
-    to it. Works in short steps, as Python code does, so an exception raised in its thread
-    arrives within one step."""
+    to it. Works in steps of ``step`` seconds: an exception raised in its thread arrives at the
+    end of a step (a step as long as the run: a job blocked in C code)."""
     pid = os.getpid()
 
     def write(event: str) -> None:
@@ -529,7 +531,7 @@ def recorded_in_file(token: str, path: str, group_key: str = "", seconds: float 
     try:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            time.sleep(0.02)  # the job's own work, in short steps
+            time.sleep(min(step, max(0.0, deadline - time.monotonic())))  # the job's own work
     except BaseException as exc:
         outcome = type(exc).__name__
         raise
