@@ -8,6 +8,7 @@ run cannot write to the database."""
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -80,16 +81,19 @@ def test_a_worker_cut_off_mid_run_stops_its_runs_before_they_run_elsewhere(
     tokens = singles + grouped
     # Blocked: one sleep as long as the run, which WorkerFenced cannot interrupt.
     step = JOB_SECONDS if blocked else 0.02
-    enqueue_in_file(path, singles, "", JOB_SECONDS, step)
-    enqueue_in_file(path, grouped, "w-g", JOB_SECONDS, step)
     env = settings_env()
     with relay() as proxy:
         cut = start_worker("--threads", "4", env=through(proxy, env))
-        leader = start_leader(env=env)
-        # Both singles and the group's first entry run on the worker about to be cut.
-        wait_until(lambda: started_on(path, cut.pid) == 3, message="three runs on the worker")
         other = start_worker("--threads", "4", env=env)  # ready for what recovery gives back
-        wait_until(lambda: live_workers() == 2, message="the second worker")
+        leader = start_leader(env=env)
+        wait_until(lambda: live_workers() == 2, message="both workers")
+        # Held still for a moment, so that the worker about to be cut claims everything: both
+        # singles and the group's first entry run there.
+        other.send_signal(signal.SIGSTOP)
+        enqueue_in_file(path, singles, "", JOB_SECONDS, step)
+        enqueue_in_file(path, grouped, "w-g", JOB_SECONDS, step)
+        wait_until(lambda: started_on(path, cut.pid) == 3, message="three runs on the worker")
+        other.send_signal(signal.SIGCONT)
         exits = ExitWatch(cut)
         cut_at = time.time()
         proxy.silence()
@@ -127,8 +131,9 @@ def test_a_worker_cut_off_mid_run_stops_its_runs_before_they_run_elsewhere(
     verdicts.append(verdict)
     assert verdict.problems() == [], (verdict.problems(), cut_output[-3000:])
     cut_runs = [r for r in runs if r.pid == cut.pid]
-    # Nothing started on the cut worker while it was cut, nor after (it had runs to give up).
-    assert all(r.start < cut_at for r in cut_runs), cut_runs
+    # Cut mid-run; nothing started on the cut worker while it was cut, nor after (it had runs
+    # to give up).
+    assert len(cut_runs) == 3 and all(cut_at - 3 < r.start < cut_at for r in cut_runs), cut_runs
     # Its runs stopped before the silence limit (less the time since its last heartbeat).
     assert all(r.end - cut_at < SILENT_AFTER for r in cut_runs), cut_runs
     # Each entry ran to its end exactly once; a cut run's attempt was counted by recovery,
@@ -152,7 +157,8 @@ def test_a_leader_cut_off_writes_nothing_once_a_second_leader_took_over(
     path = tmp_path / "runs.log"
     env = settings_env()
     with relay() as proxy:
-        cut = start_leader(env=through(proxy, env))
+        # Logging what it recovers (INFO), to show it recovers nothing once cut off.
+        cut = start_leader(env=through(proxy, {**env, "DJANGO_IQ_LOG_LEVEL": "INFO"}))
         wait_until(
             lambda: LeaderLease.objects.filter(holder__contains=f":{cut.pid}:").exists(),
             message="the leader through the relay to be elected",
@@ -185,7 +191,10 @@ def test_a_leader_cut_off_writes_nothing_once_a_second_leader_took_over(
     # Recovered once, by the leader that took over: one attempt counted per killed run.
     for token in tokens:
         assert recovery_errors(token) == ["django_iq.exceptions.WorkerLost"], token
-    assert "recovered lock" not in cut_output.split("leadership lost")[-1], cut_output[-3000:]
+    # The cut leader stopped acting by its own clock, and recovered nothing: the standby did.
+    assert "leadership lost" in cut_output, cut_output[-3000:]
+    assert "recovered lock" not in cut_output, cut_output[-3000:]
+    assert "worker declared dead" not in cut_output, cut_output[-3000:]
 
 
 def test_an_idle_worker_cut_off_claims_again_once_the_network_heals(
