@@ -313,8 +313,17 @@ class WorkerProcess(IQProcess):
             logger.warning("declared dead while exiting at once; not registering again")
             return
         if self._fenced_claims:
-            # The claims it stopped stay on the dead row, for recovery to count their attempts.
-            self._exit_fenced("declared dead while cut off from the database")
+            # The claims it stopped stay on the dead row, for recovery to count their attempts:
+            # this process no longer holds them.
+            stopped, self._fenced_claims = self._fenced_claims, []
+            for claim in stopped:
+                self._forget(claim)
+            logger.warning(
+                "declared dead while cut off from the database: %s claim(s) stopped then are "
+                "left to recovery name=%s",
+                len(stopped),
+                self.name,
+            )
         registering = time.monotonic()
         with self._gate.closed():
             with transaction.atomic(using=router.db_for_write(Worker)):

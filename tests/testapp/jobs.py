@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from django_iq import Fail, RetryAfter, Snooze, job
+from django_iq.exceptions import WorkerFenced
 from tests.testapp.models import JobRun, RecordedRun
 
 
@@ -90,8 +91,14 @@ def recorded(token: str, group_key: str = "", seconds: float = 0.0) -> str:
     run = RecordedRun.objects.create(
         token=token, group_key=group_key, pid=os.getpid(), started_at=time.time()
     )
-    if seconds:
-        time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
+    try:
+        if seconds:
+            time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
+    except WorkerFenced:
+        # Stopped by its worker's fence, which writes nothing for it: the run ended here (when
+        # the database can be reached at all; a run cut off from it leaves no end).
+        RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
+        raise
     RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
     return token
 
