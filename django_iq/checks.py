@@ -12,6 +12,12 @@ from django.db import connections, router
 
 from django_iq.conf import ENV_PREFIX, SETTINGS, iq_settings
 from django_iq.exceptions import ImproperlyConfiguredIQ, JobNotRegistered
+from django_iq.fencing import (
+    FENCE_MARGIN_HEARTBEATS,
+    FENCE_MIN_HEARTBEATS,
+    fence_after_seconds,
+    fence_leaves_margin,
+)
 from django_iq.models import Entry
 from django_iq.registry import get_job
 from django_iq.schedule import validate_declared_schedule
@@ -333,6 +339,25 @@ def check_leader_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
                 f"HEARTBEAT_INTERVAL_SECONDS ({heartbeat}).",
                 hint="Otherwise a live worker could be declared dead between two heartbeats.",
                 id="django_iq.E013",
+            )
+        )
+    elif (
+        isinstance(silent, (int, float))
+        and isinstance(heartbeat, (int, float))
+        and not fence_leaves_margin(silent, heartbeat)
+    ):
+        errors.append(
+            Error(
+                f"WORKER_SILENT_AFTER_SECONDS ({silent}) leaves no margin for self-fencing with "
+                f"HEARTBEAT_INTERVAL_SECONDS ({heartbeat}): a worker cut off from the database "
+                f"fences itself {FENCE_MARGIN_HEARTBEATS} heartbeat intervals before the silence "
+                f"limit, at {fence_after_seconds(silent, heartbeat):g}s, which must be at least "
+                f"{FENCE_MIN_HEARTBEATS} heartbeat intervals ({FENCE_MIN_HEARTBEATS * heartbeat:g}s).",
+                hint=f"Set WORKER_SILENT_AFTER_SECONDS to at least "
+                f"{(FENCE_MIN_HEARTBEATS + FENCE_MARGIN_HEARTBEATS) * heartbeat:g} "
+                "(four heartbeat intervals), or heartbeat more often "
+                "(docs/howto/network-partitions.md).",
+                id="django_iq.E021",
             )
         )
     if isinstance(cron, dict):

@@ -11,6 +11,7 @@ before the next job could find out by failing.
 from __future__ import annotations
 
 import logging
+import math
 import select
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
+from django_iq.conf import iq_settings
 from django_iq.exceptions import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
@@ -262,3 +264,52 @@ def reachable(using: str, what: str) -> Iterator[None]:
             f"The database {using!r} cannot be reached ({reason[:200]}); {what}. "
             "Retry when it is back."
         ) from exc
+
+
+def network_timeouts(vendor: str) -> dict[str, int]:
+    """The connection options that make a dead or silent network show in bounded time, derived
+    from ``HEARTBEAT_INTERVAL_SECONDS`` and the fence (``fencing.fence_after_seconds()``), for
+    a database ``vendor``; none for SQLite.
+
+    PostgreSQL (libpq): ``connect_timeout``, TCP keepalives on an idle or waiting connection
+    (a dead peer found after ``keepalives_idle + keepalives_interval * keepalives_count``), and
+    ``tcp_user_timeout`` (milliseconds), which fails a statement whose data the server never
+    acknowledges. MariaDB/MySQL (mysqlclient): ``connect_timeout`` and ``write_timeout``;
+    ``read_timeout`` is left out, since it would also end a job's long query.
+    """
+    from django_iq.fencing import fence_after_seconds
+
+    heartbeat = float(iq_settings.HEARTBEAT_INTERVAL_SECONDS)
+    beat = max(1, math.ceil(heartbeat))
+    connect = max(2, math.ceil(2 * heartbeat))
+    unacknowledged = max(beat, math.floor(fence_after_seconds()))
+    if vendor == "postgresql":
+        return {
+            "connect_timeout": connect,
+            "keepalives": 1,
+            "keepalives_idle": beat,
+            "keepalives_interval": beat,
+            "keepalives_count": 3,
+            "tcp_user_timeout": unacknowledged * 1000,
+        }
+    if vendor == "mysql":
+        return {"connect_timeout": connect, "write_timeout": unacknowledged}
+    return {}
+
+
+def apply_network_timeouts() -> None:
+    """Give every database alias of this process the options of ``network_timeouts()`` that its
+    ``OPTIONS`` do not set (a user's own value, or ``None`` for the driver's default, wins);
+    connections opened from then on use them. Done by django_iq's own processes (workers,
+    leaders, supervisors), not by the processes that only enqueue."""
+    for alias in connections:
+        settings_dict = connections.settings[alias]
+        engine = settings_dict.get("ENGINE", "")
+        vendor = "postgresql" if "postgresql" in engine else "mysql" if "mysql" in engine else ""
+        options = settings_dict.setdefault("OPTIONS", {})
+        for key, value in network_timeouts(vendor).items():
+            options.setdefault(key, value)
+        for key in [key for key, value in options.items() if value is None]:
+            # None: the driver's own default (the option is not passed at all).
+            if key in network_timeouts(vendor):
+                del options[key]

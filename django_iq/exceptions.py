@@ -122,6 +122,16 @@ class JobTimeout(BaseException):
     a job's ``except Exception:`` does not swallow it. See docs/howto/timeouts.md."""
 
 
+class WorkerFenced(BaseException):
+    """Raised in a job's thread when its worker has not completed a heartbeat for
+    ``fencing.fence_after_seconds()`` (a network partition, a hung database connection): the
+    worker stops its runs before the leader may declare it dead and give their entries to
+    another worker, so that an entry or a group never runs in two places. Nothing is written
+    for the attempt by the cut-off worker; recovery counts it (``WorkerLost``). A
+    ``BaseException``, like ``JobTimeout``, so that a job's ``except Exception:`` does not
+    swallow it. See docs/howto/network-partitions.md."""
+
+
 class NestedBatch(IQError, RuntimeError):
     """``django_iq.batch()`` was entered inside another batch's block: batches do not nest.
     See docs/howto/workflows.md."""

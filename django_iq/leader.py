@@ -80,6 +80,9 @@ class Leader(IQProcess):
         # what each process holds against the server's limit).
         self.sessions = SessionTracker(router.db_for_write(Worker))
         self._reported_sessions: list[int] | None = None
+        # When the last renewal (or taking) of the lease that committed was sent (monotonic):
+        # the lease the database stamped then runs out no sooner than lease_seconds later.
+        self._renew_sent = 0.0
 
     @property
     def is_leader(self) -> bool:
@@ -112,6 +115,17 @@ class Leader(IQProcess):
             bound_transaction(alias, self.lease_seconds, self.lease_seconds / 3)
             yield
 
+    def _lease_held_here(self) -> bool:
+        """Whether the lease, by this process's own clock, is still surely held: a leader cut
+        off from the database (its statements hang) stops acting a poll before its lease can
+        pass to another candidate, without waiting on the database to be told. Its writes are
+        fenced by the lease anyway (``fence()``); this stops what a duty does outside them."""
+        held_for = time.monotonic() - self._renew_sent
+        if held_for < self.lease_seconds - self.poll_seconds:
+            return True
+        self._lose(f"lease not renewed for {held_for:.1f}s (lease {self.lease_seconds:g}s)")
+        return False
+
     def _lose(self, why: str) -> None:
         if self.epoch is not None:
             logger.warning("leadership lost name=%s epoch=%s: %s", self.name, self.epoch, why)
@@ -130,6 +144,7 @@ class Leader(IQProcess):
         self._heartbeat()
         # Taking or renewing the lease locks its row: in a bounded transaction, and the outcome
         # is believed only once that transaction has committed.
+        sent = time.monotonic()
         with self._bounded():
             if self.epoch is None:
                 taken = LeaderLease.objects.acquire(self.name, self.lease_seconds)
@@ -140,8 +155,11 @@ class Leader(IQProcess):
             if taken is not None:
                 logger.info("leader elected name=%s epoch=%s", self.name, taken)
                 self._last_run.clear()
+                self._renew_sent = sent
         elif not renewed:
             self._lose("could not renew")
+        else:
+            self._renew_sent = sent
         result = LeaderPass(self.is_leader)
         if self.epoch is None:
             return result
@@ -149,6 +167,9 @@ class Leader(IQProcess):
         for duty in self.duties:
             if clock - self._last_run.get(duty.name, float("-inf")) < duty.interval_seconds:
                 continue
+            if not self._lease_held_here():
+                result.is_leader = False
+                return result
             try:
                 result.ran[duty.name] = duty.run_once(now, self.fence)
             except LeadershipLost:

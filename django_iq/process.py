@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from django.db import InterfaceError, OperationalError, connections
 
-from django_iq.dbconn import refresh_connections, with_db_retry
+from django_iq.dbconn import apply_network_timeouts, refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidProcessName
 from django_iq.limits import text_problem
 from django_iq.models import Worker
@@ -36,6 +36,10 @@ EXIT_RECYCLE = 3
 # raised in it) and exited at once, its locks held: its supervisor ends the database sessions it
 # left open, marks it dead (its locks go to recovery) and starts a fresh one at once.
 EXIT_STUCK = 4
+# A worker cut off from the database (no heartbeat completed for fencing.fence_after_seconds())
+# that stopped its runs, and exited once it reached the database again, or at once when a run
+# did not stop: its locks are held for recovery, as with EXIT_STUCK.
+EXIT_FENCED = 5
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Signals arriving this soon after the first are one stop request, not a second one: the same
 # request reaching a process from its --processes parent and from its process group (or
@@ -136,6 +140,8 @@ class IQProcess:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # A database cut off without a reset (a partition) shows in bounded time.
+        apply_network_timeouts()
         self.stopping = threading.Event()
         self.worker: Worker | None = None
         self._signals = 0

@@ -67,6 +67,15 @@ class _Abandoned:
 ABANDONED = _Abandoned()
 
 
+class _Fenced:
+    """The type of ``FENCED``: the run was going on (or about to start) when its worker fenced
+    itself, cut off from the database; nothing is written for it here, and its claim stays
+    held for recovery, which counts the attempt."""
+
+
+FENCED = _Fenced()
+
+
 @dataclass
 class ClaimResult:
     """What became of a claim's entries."""
@@ -82,6 +91,8 @@ class ClaimResult:
     starts: list[tuple[datetime, float]] = field(default_factory=list)
     # The claim was given up while one of its jobs was stuck past its timeout.
     abandoned: bool = False
+    # The worker fenced itself during the claim: its lock stays held, nothing more is written.
+    fenced: bool = False
     # Whether the claim is settled (its lock gone or released) when ``run_claim`` returns;
     # otherwise the ack writer settles it once it writes the claim's last success.
     settled: bool = True
@@ -110,6 +121,9 @@ class Processor:
         result = ClaimResult()
         written: list[Ack] = []  # this claim's successes handed to the writer
         for index, entry in enumerate(claim.entries):
+            if self.watchdog is not None and self.watchdog.fenced:
+                result.fenced = True
+                break
             if index and should_stop():
                 # The lock covers the successes still being written: they go first.
                 self.acks.wait_for(written)
@@ -132,6 +146,9 @@ class Processor:
             if isinstance(ack, _Abandoned):
                 result.abandoned = True
                 break
+            if isinstance(ack, _Fenced):
+                result.fenced = True
+                break
             if isinstance(ack, _Snoozed):
                 result.snoozed += 1
                 continue
@@ -147,7 +164,7 @@ class Processor:
 
     def _run_entry(
         self, entry: Entry, claim: Claim, last: bool, written: list[Ack], started_at: datetime
-    ) -> Ack | _Snoozed | _Abandoned | None:
+    ) -> Ack | _Snoozed | _Abandoned | _Fenced | None:
         """Run one entry, started at ``started_at``; return its acknowledgement, handed to the
         writer, ``SNOOZED`` if it snoozed, ``ABANDONED`` if it was given up past its timeout, or
         None if it failed (the outcome is written)."""
@@ -177,9 +194,10 @@ class Processor:
         timeout = entry.timeout_seconds
         if timeout is None:
             timeout = iq_settings.DEFAULT_TIMEOUT_SECONDS
-        watchdog = self.watchdog if timeout is not None else None
+        # Every run is watched, with a timeout or not: the watchdog also fences them.
+        watchdog = self.watchdog
         watch = None
-        if watchdog is not None and timeout is not None:
+        if watchdog is not None:
             # A coroutine is cancelled at its deadline by its own event loop (Job.invoke).
             watch = Watch(
                 entry, timeout, interrupt=not job.is_async, context=(claim, written, started_at)
@@ -197,6 +215,8 @@ class Processor:
         except Snooze as snooze:
             if self._abandoned(watch):
                 return ABANDONED
+            if watch is not None and watch.fenced:
+                return FENCED
             self._snoozed(entry, lock_id, written, job, snooze, started_at)
             return SNOOZED
         except BaseException as exc:  # the processing boundary: every failure is recorded.
@@ -205,12 +225,22 @@ class Processor:
             # failure, and the thread must survive it.
             if self._abandoned(watch):
                 return ABANDONED
+            if watch is not None and watch.fenced:
+                logger.warning(
+                    "run stopped entry=%s job=%s: this worker is cut off from the database; "
+                    "its attempt is left for recovery to count",
+                    entry.pk,
+                    entry.job_name,
+                )
+                return FENCED
             if isinstance(exc, JobTimeout) and watch is not None and not exc.args:
                 exc = JobTimeout(watch.message()).with_traceback(exc.__traceback__)
             self._failed(entry, lock_id, written, job, exc, started_at=started_at)
             return None
         if self._abandoned(watch):
             return ABANDONED
+        if watch is not None and watch.fenced:
+            return FENCED
         ack = Ack(
             entry,
             lock_id,

@@ -16,6 +16,7 @@ from django.db import connections
 from django_iq.models import Worker
 from django_iq.process import (
     EXIT_ABANDONED,
+    EXIT_FENCED,
     EXIT_OK,
     EXIT_RECYCLE,
     EXIT_STUCK,
@@ -107,17 +108,20 @@ class Supervisor(IQProcess):
                     logger.info("worker process recycled index=%s pid=%s", index, child.pid)
                     self._start(index)
                     continue
-                if child.exitcode == EXIT_STUCK:
-                    # It exited at once with a job stuck past its timeout, holding its locks:
-                    # now that it is gone they go to recovery, once the database sessions it
-                    # left open are ended (a statement of the job may still run in the server).
+                if child.exitcode in (EXIT_STUCK, EXIT_FENCED):
+                    # It exited at once with a job stuck past its timeout, or with runs it
+                    # stopped when cut off from the database, holding its locks: now that it is
+                    # gone they go to recovery, once the database sessions it left open are
+                    # ended (a statement of the job may still run in the server).
                     _mark_dead(self.child_names.get(index))
                     if not self.stopping.is_set():
                         logger.warning(
-                            "worker process replaced index=%s pid=%s: a job was stuck past its "
-                            "timeout",
+                            "worker process replaced index=%s pid=%s: %s",
                             index,
                             child.pid,
+                            "a job was stuck past its timeout"
+                            if child.exitcode == EXIT_STUCK
+                            else "it was cut off from the database",
                         )
                         self._start(index)
                         continue

@@ -14,6 +14,10 @@ delivered yet, takes it there, so no ``JobTimeout`` can reach the worker's own c
 A pending exception is never cleared with ``PyThreadState_SetAsyncExc(id, NULL)``: on CPython
 3.11 that leaves the interpreter's "asynchronous exception pending" signal set for good, and
 every thread then stalls in the evaluation loop's pending-work handler.
+
+The watchdog also fences: ``fence()`` raises ``WorkerFenced`` the same way in every run going
+on, when the worker has been cut off from the database too long (see ``django_iq.fencing``),
+and every run armed after it gets it at once. It keeps every run, with a timeout or without.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_iq.exceptions import JobTimeout
+from django_iq.exceptions import JobTimeout, WorkerFenced
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +57,18 @@ class RaisedTimeout(JobTimeout):
         _delivered.add(threading.get_ident())
 
 
-def _raise_in(thread_id: int) -> None:
-    """Make ``RaisedTimeout`` pending in the thread (again: a second call replaces the first,
-    and signals the interpreter anew)."""
-    _set_async_exc(thread_id, RaisedTimeout)
+class RaisedFence(WorkerFenced):
+    """The ``WorkerFenced`` the watchdog raises in a thread, delivered like ``RaisedTimeout``."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        _delivered.add(threading.get_ident())
+
+
+def _raise_in(thread_id: int, raised: type[BaseException] = RaisedTimeout) -> None:
+    """Make ``raised`` pending in the thread (again: a second call replaces the first, and
+    signals the interpreter anew)."""
+    _set_async_exc(thread_id, raised)
 
 
 @dataclass(eq=False)
@@ -65,7 +77,7 @@ class Watch:
     coroutine under ``asyncio.timeout``); the watchdog only looks for it being stuck."""
 
     entry: Any
-    seconds: float
+    seconds: float | None  # None: no timeout, watched for the fence only
     interrupt: bool = True
     context: Any = None  # what the worker needs to give the entry up (its claim)
     thread_id: int = 0
@@ -77,6 +89,10 @@ class Watch:
     abandoning: bool = False
     abandoned: bool = False
     timed_out: bool = field(default=False)
+    # The exception raised in the run's thread (read once the key is popped); fenced: the run
+    # was going on when the worker fenced itself, and nothing is written for it.
+    raised: type[BaseException] = RaisedTimeout
+    fenced: bool = False
 
     def message(self) -> str:
         return (
@@ -92,9 +108,22 @@ class Watchdog:
     thread will write nothing for it, whatever it does when (if) its job returns.
     """
 
-    def __init__(self, grace_seconds: float, on_stuck: Callable[[Watch], None]) -> None:
+    def __init__(
+        self,
+        grace_seconds: float,
+        on_stuck: Callable[[Watch], None],
+        on_tick: Callable[[], None] | None = None,
+        tick_seconds: float = 0.1,
+    ) -> None:
+        """``on_tick``: called in the watchdog thread every ``tick_seconds`` (the worker's
+        fence check: this thread never waits on the database)."""
         self.grace_seconds = grace_seconds
         self.on_stuck = on_stuck
+        self.on_tick = on_tick
+        self.tick_seconds = tick_seconds
+        # Set by fence(): every run going on and every one armed from then on gets
+        # WorkerFenced, until unfenced.
+        self.fenced = False
         self._running: dict[int, Watch] = {}
         self._keys = itertools.count(1)
         # (due time, sequence, what to do, watch): "fire" at the deadline, "stuck" after grace.
@@ -113,15 +142,47 @@ class Watchdog:
             self._changed.notify()
 
     def arm(self, watch: Watch) -> None:
-        """Start watching ``watch`` in the calling (processing) thread, from now."""
+        """Start watching ``watch`` in the calling (processing) thread, from now. Raises
+        ``WorkerFenced`` at once while the worker is fenced (the run must not start)."""
         watch.thread_id = threading.get_ident()
         _delivered.discard(watch.thread_id)
-        watch.deadline = time.monotonic() + watch.seconds
         watch.key = next(self._keys)
         self._running[watch.key] = watch
+        if self.fenced:
+            watch.fenced = True
+            raise WorkerFenced("This worker is cut off from the database; the run did not start.")
+        if watch.seconds is None:
+            return
+        watch.deadline = time.monotonic() + watch.seconds
         with self._changed:
             heapq.heappush(self._due, (watch.deadline, watch.key, "fire", watch))
             self._changed.notify()
+
+    def running(self) -> int:
+        """Runs armed and not settled yet."""
+        return len(self._running)
+
+    def fence(self) -> int:
+        """Raise ``WorkerFenced`` in every run going on (not in one whose ``JobTimeout`` is
+        already raised: it is being stopped) and in every run armed from now; return how many
+        runs were going on. Called from the watchdog thread (``on_tick``)."""
+        self.fenced = True
+        watches = list(self._running.values())
+        for watch in watches:
+            watch.fenced = True
+            if watch.fired or watch.firing:
+                continue
+            watch.firing = True
+            if watch.key in self._running:
+                watch.raised = RaisedFence
+                _raise_in(watch.thread_id, RaisedFence)
+                watch.fired = True
+            watch.firing = False
+        return len(watches)
+
+    def unfence(self) -> None:
+        """Runs may start again (the worker reached the database again with nothing held)."""
+        self.fenced = False
 
     def settle(self, watch: Watch) -> bool:
         """End the watch in its processing thread; return True if the watchdog abandoned the
@@ -136,14 +197,32 @@ class Watchdog:
         return watch.abandoned
 
     def _loop(self) -> None:
+        next_tick = time.monotonic()
         while True:
             with self._changed:
                 while not self._stopped and (not self._due or self._due[0][0] > time.monotonic()):
+                    if self.on_tick is not None and time.monotonic() >= next_tick:
+                        break
                     timeout = self._due[0][0] - time.monotonic() if self._due else None
+                    if self.on_tick is not None:
+                        until_tick = max(0.0, next_tick - time.monotonic())
+                        timeout = until_tick if timeout is None else min(timeout, until_tick)
                     self._changed.wait(timeout)
                 if self._stopped:
                     return
-                _, _, action, watch = heapq.heappop(self._due)
+                if self.on_tick is not None and time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + self.tick_seconds
+                    due = None
+                else:
+                    _, _, action, watch = heapq.heappop(self._due)
+                    due = watch
+            if due is None:
+                try:
+                    self.on_tick()  # type: ignore[misc]
+                except Exception:  # the watchdog must outlive a check that failed
+                    logger.exception("watchdog tick failed")
+                continue
+            watch = due
             if watch.key not in self._running:
                 continue  # it ended in time
             try:
@@ -156,7 +235,7 @@ class Watchdog:
 
     def _fire(self, watch: Watch) -> None:
         watch.timed_out = True
-        if watch.interrupt:
+        if watch.interrupt and not watch.fired:  # not if WorkerFenced is raised in it already
             watch.firing = True
             if watch.key in self._running:
                 _raise_in(watch.thread_id)
@@ -185,11 +264,11 @@ def _take_pending(watch: Watch) -> None:
     delivered yet arrive here, and swallow it. It is raised again first, since on CPython 3.11
     another thread taking its own asynchronous exception clears the interpreter's signal for
     all of them."""
-    _raise_in(watch.thread_id)
+    _raise_in(watch.thread_id, watch.raised)
     deadline = time.monotonic() + DELIVERY_WAIT_SECONDS
     try:
         while time.monotonic() < deadline:
             time.sleep(0)  # each call returns through the check that delivers it
-    except RaisedTimeout:
+    except (RaisedTimeout, RaisedFence):
         return
-    logger.error("a raised JobTimeout was not delivered entry=%s", watch.entry.pk)
+    logger.error("a raised %s was not delivered entry=%s", watch.raised.__name__, watch.entry.pk)

@@ -21,6 +21,7 @@ from django_iq.dbconn import (
     refresh_connections,
     with_db_retry,
 )
+from django_iq.fencing import fence_after_seconds, fence_grace_seconds, fence_leaves_margin
 from django_iq.governor import Decision, ResourceGovernor
 from django_iq.managers import Claim
 from django_iq.metrics import Tally
@@ -28,6 +29,7 @@ from django_iq.models import Entry, GroupLock, JobLimit, Worker
 from django_iq.options import JobLimits
 from django_iq.process import (
     EXIT_ABANDONED,
+    EXIT_FENCED,
     EXIT_OK,
     EXIT_RECYCLE,
     EXIT_STUCK,
@@ -134,8 +136,24 @@ class WorkerProcess(IQProcess):
         self._over_memory = False
         self._memory_read_at = 0.0
         self.recycling = False
-        # Times jobs out; a job stuck past its timeout's grace period stops this process.
-        self.watchdog = Watchdog(iq_settings.TIMEOUT_GRACE_SECONDS, self._on_stuck)
+        # Times jobs out; a job stuck past its timeout's grace period stops this process. Its
+        # thread, which never waits on the database, also checks the fence (_check_fence).
+        self.watchdog = Watchdog(
+            iq_settings.TIMEOUT_GRACE_SECONDS,
+            self._on_stuck,
+            on_tick=self._check_fence,
+            tick_seconds=min(0.25, iq_settings.HEARTBEAT_INTERVAL_SECONDS / 4),
+        )
+        # Self-fencing (django_iq.fencing): when the last heartbeat that completed was sent
+        # (monotonic), when the worker fenced itself (None: it is not fenced), and the claims
+        # it stopped then, held for recovery to count their attempts, and those it did not
+        # start (released as it exits, or run once it reaches the database again).
+        self._last_heartbeat_ok = time.monotonic()
+        self._fenced_at: float | None = None
+        self._fenced_claims: list[Claim] = []
+        self._parked: queue_module.Queue[Claim] = queue_module.Queue()
+        # Locks of claims in hand that recovery released while this worker was declared dead.
+        self._revoked: set[int] = set()
         # Set once the process exits at once with runs still going (stuck past their timeout,
         # or still running at the end of a stop): it then keeps its locks and is never marked
         # stopped. Set and read with ``_exit_lock`` held, as marking the row stopped is, so
@@ -159,7 +177,12 @@ class WorkerProcess(IQProcess):
         """Claims this worker may take now: processing threads neither running a claim nor
         already promised a queued one, plus the prefetch; none while too many successes wait
         for the ack writer (the database is slow or away, and every one of them holds a lock)."""
-        if self.stuck or self.outcome_lost or self.acks.pending() >= self.ack_backlog_limit:
+        if (
+            self.stuck
+            or self.outcome_lost
+            or self._fenced_at is not None
+            or self.acks.pending() >= self.ack_backlog_limit
+        ):
             return 0
         capacity = self.processing_threads + (self.prefetch() if prefetch else 0)
         idle = max(0, capacity - self._busy - self.handover.qsize())
@@ -250,6 +273,7 @@ class WorkerProcess(IQProcess):
             if name in jobs and jobs[name].options.is_limited
         }
         self.register()
+        self._last_heartbeat_ok = time.monotonic()
         job_names = self.job_names
         with_db_retry(
             lambda: JobLimit.objects.publish(self.limited_jobs, unlimited=job_names),
@@ -302,6 +326,19 @@ class WorkerProcess(IQProcess):
         if self.stuck:
             logger.warning("declared dead while exiting at once; not registering again")
             return
+        if self._fenced_claims:
+            # The claims it stopped stay on the dead row, for recovery to count their attempts:
+            # this process no longer holds them.
+            stopped, self._fenced_claims = self._fenced_claims, []
+            for claim in stopped:
+                self._forget(claim)
+            logger.warning(
+                "declared dead while cut off from the database: %s claim(s) stopped then are "
+                "left to recovery name=%s",
+                len(stopped),
+                self.name,
+            )
+        registering = time.monotonic()
         with self._gate.closed():
             with transaction.atomic(using=router.db_for_write(Worker)):
                 worker = self._register()
@@ -310,10 +347,16 @@ class WorkerProcess(IQProcess):
                 held = self.held_locks()
                 if held:
                     GroupLock.objects.adopt(held, worker)
+                    kept = GroupLock.objects.filter(pk__in=held, worker=worker)
+                    # Released by recovery meanwhile: perhaps running elsewhere already, so a
+                    # claim of these not started yet never starts here.
+                    self._revoked.update(set(held) - set(kept.values_list("pk", flat=True)))
             self.worker = worker
             self._reported_sessions = None  # the fresh row names none yet
             for scheduler in self._schedulers:
                 scheduler.worker = worker
+            self._last_heartbeat_ok = registering  # stamped after this
+            self._unfence()
         logger.warning(
             "worker was declared dead (no heartbeat for %ss); its claims were recovered; "
             "registered again name=%s",
@@ -412,14 +455,15 @@ class WorkerProcess(IQProcess):
 
     def _release_unstarted(self) -> int:
         lock_ids = []
-        while True:
-            try:
-                claim = self.handover.get_nowait()
-            except queue_module.Empty:
-                break
-            if claim is not None:
-                lock_ids.append(claim.lock_id)
-                self._forget(claim)
+        for waiting in (self.handover, self._parked):
+            while True:
+                try:
+                    claim = waiting.get_nowait()
+                except queue_module.Empty:
+                    break
+                if claim is not None:
+                    lock_ids.append(claim.lock_id)
+                    self._forget(claim)
         if lock_ids:
             refresh_connections()
             with_db_retry(lambda: GroupLock.objects.release(lock_ids), "release")
@@ -555,11 +599,29 @@ class WorkerProcess(IQProcess):
                 with self._busy_lock:
                     self._busy += 1
                 try:
+                    if self._fenced_at is not None:
+                        self._parked.put(claim)  # not started while cut off
+                        continue
+                    if claim.lock_id in self._revoked:
+                        logger.warning(
+                            "claim lock=%s not started: recovery released it while this worker "
+                            "was declared dead name=%s",
+                            claim.lock_id,
+                            self.name,
+                        )
+                        self._revoked.discard(claim.lock_id)
+                        self._released(claim)
+                        continue
                     result = processor.run_claim(claim, self.stopping.is_set)
                     for started_at, latency in result.starts:
                         self.tally.add_start(claim.queue, started_at, latency)
                     if result.abandoned:
                         continue  # given up by _on_stuck, which settled the claim
+                    if result.fenced:
+                        # Stopped, cut off from the database: its lock stays held, and
+                        # recovery counts the attempt (_heal or rejoin exits the process).
+                        self._fenced_claims.append(claim)
+                        continue
                     self.record_runs(claim.queue, result.runs)
                     with self._busy_lock:
                         self.processed += result.done
@@ -600,7 +662,72 @@ class WorkerProcess(IQProcess):
         )
         self._exit_keeping_locks(EXIT_STUCK, "a job was stuck past its timeout", watch)
 
-    def _exit_keeping_locks(self, code: int, why: str, watch: Watch | None = None) -> None:
+    # -- self-fencing -----------------------------------------------------------------------
+
+    def _check_fence(self) -> None:
+        """In the watchdog thread: fence this worker once no heartbeat has completed for
+        ``fence_after_seconds()`` (it stops claiming; ``WorkerFenced`` is raised in its runs),
+        and exit at once if a run is still going ``fence_grace_seconds()`` later, before the
+        leader may declare the worker dead and give its entries to another worker."""
+        if self.worker is None or not fence_leaves_margin():
+            return  # check django_iq.E021 refuses such settings
+        now = time.monotonic()
+        silent = now - self._last_heartbeat_ok
+        if self._fenced_at is None:
+            if silent < fence_after_seconds():
+                return
+            self._fenced_at = now
+            runs = self.watchdog.fence()
+            logger.error(
+                "no heartbeat completed for %.1fs (fence after %.1fs, silence limit %ss): cut "
+                "off from the database; stopping %s run(s) and claiming nothing until it is "
+                "reached again name=%s",
+                silent,
+                fence_after_seconds(),
+                iq_settings.WORKER_SILENT_AFTER_SECONDS,
+                runs,
+                self.name,
+            )
+            self.wakeups.wake_all()
+            return
+        if self.watchdog.running() and now - self._fenced_at >= fence_grace_seconds():
+            self._exit_keeping_locks(
+                EXIT_FENCED,
+                f"{self.watchdog.running()} run(s) still going {fence_grace_seconds():g}s after "
+                "WorkerFenced was raised in them, cut off from the database",
+                settle=False,
+            )
+
+    def _heal(self) -> None:
+        """A heartbeat completed (this row is alive) after the worker fenced itself: resume if
+        it held nothing it stopped; else exit for its supervisor, keeping the stopped claims'
+        locks for recovery to count their attempts."""
+        if self._fenced_at is None:
+            return
+        if self._fenced_claims:
+            self._exit_fenced("reached the database again after stopping its runs")
+        self._unfence()
+        logger.warning("reached the database again; claiming again name=%s", self.name)
+
+    def _unfence(self) -> None:
+        if self._fenced_at is not None and not self._fenced_claims:
+            self._fenced_at = None
+            self.watchdog.unfence()
+            while True:  # the claims not started while cut off run now
+                try:
+                    self.handover.put(self._parked.get_nowait())
+                except queue_module.Empty:
+                    break
+            self.wakeups.wake_all()
+
+    def _exit_fenced(self, why: str) -> None:
+        """Exit (``EXIT_FENCED``) keeping the locks of the claims stopped by the fence; those
+        never started are released as the process exits."""
+        self._exit_keeping_locks(EXIT_FENCED, why)
+
+    def _exit_keeping_locks(
+        self, code: int, why: str, watch: Watch | None = None, *, settle: bool = True
+    ) -> None:
         """Exit at once with ``code``, runs still going (stuck past their timeout, or still
         running at the end of a stop), keeping their locks: the process is not marked stopped
         (that would make their locks orphans, released by recovery while the runs, or their
@@ -630,13 +757,14 @@ class WorkerProcess(IQProcess):
         )
         # Claiming stops (idle_threads), and the schedulers see it now.
         self.wakeups.wake_all()
-        settled = threading.Thread(
-            target=self._settle_exit, args=(watch,), name="iq-exit", daemon=True
-        )
-        settled.start()
-        settled.join(STUCK_EXIT_SECONDS)
-        if settled.is_alive():
-            logger.error("exiting before the runs given up were settled name=%s", self.name)
+        if settle:
+            settled = threading.Thread(
+                target=self._settle_exit, args=(watch,), name="iq-exit", daemon=True
+            )
+            settled.start()
+            settled.join(STUCK_EXIT_SECONDS)
+            if settled.is_alive():
+                logger.error("exiting before the runs given up were settled name=%s", self.name)
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(code)
@@ -658,7 +786,7 @@ class WorkerProcess(IQProcess):
             if watch is not None:
                 claim = watch.context[0]
                 Processor(self.name, self.acks).give_up(watch)
-                started = watch.deadline - watch.seconds
+                started = watch.deadline - (watch.seconds or 0.0)
                 seconds = time.monotonic() - started
                 self.tally.add(claim.queue, watch.entry.job_name, seconds, ok=False)
             self._release_unstarted()
@@ -689,6 +817,9 @@ class WorkerProcess(IQProcess):
         # own is reported by the next one.
         sessions = sorted(self.sessions.open_ids())
         changed = sessions != self._reported_sessions
+        # Taken with the duty connection in hand, so a wait behind a scheduling pass or a
+        # batch of acknowledgements does not count as the database's delay.
+        sent = time.monotonic()
         # The held set is read once the heartbeat holds the worker's row, so no claim of ours
         # commits between that reading and the report.
         alive = self.heartbeat(
@@ -699,6 +830,9 @@ class WorkerProcess(IQProcess):
             held_lock_ids=self.held_locks,
             session_ids=sessions if changed else None,
         )
+        # Sent before this heartbeat was stamped: the fence counts from here.
+        self._last_heartbeat_ok = sent
         if alive:
             self._reported_sessions = sessions
+            self._heal()
         self.tally.flush()

@@ -1,4 +1,5 @@
-"""A TCP proxy in front of the database that a test can cut, as a database restart would."""
+"""A TCP proxy in front of the database that a test can cut, as a database restart would, or
+silence, as a network partition would."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import threading
 
 class OutageProxy:
     """Forward 127.0.0.1:<port> to the database; ``cut()`` drops every connection and refuses
-    new ones until ``restore()``, which is what clients see while a database restarts."""
+    new ones until ``restore()``, which is what clients see while a database restarts.
+
+    ``silence()`` keeps every connection open but forwards nothing either way, and accepts new
+    connections without forwarding them, until ``restore()``: what clients see when the network
+    drops their packets (a partition, a dead switch, a hung fail-over), with no reset to tell
+    them. What was sent meanwhile arrives once restored, as TCP's retransmissions would bring
+    it. (The proxy's own sockets acknowledge what they receive, so this shows what a client's
+    own timeouts do, not the kernel's keepalives or ``tcp_user_timeout``.)
+    """
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -20,6 +29,10 @@ class OutageProxy:
         self.port: int = self.listener.getsockname()[1]
         self._up = threading.Event()
         self._up.set()
+        # Set while not silent: forwarding waits for it.
+        self._audible = threading.Event()
+        self._audible.set()
+        self.silences = 0
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -31,7 +44,12 @@ class OutageProxy:
         self.cuts += 1
         self._drop_all()
 
+    def silence(self) -> None:
+        self.silences += 1
+        self._audible.clear()
+
     def restore(self) -> None:
+        self._audible.set()
         self._up.set()
 
     def close(self) -> None:
@@ -60,20 +78,30 @@ class OutageProxy:
             if not self._up.is_set():
                 client.close()  # refused while the database is "down"
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
             with self._lock:
-                self._sockets.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+                self._sockets.add(client)
+            if self._audible.is_set():
+                self._connect(client)
+            else:  # accepted (the client's connect() returns), forwarded once restored
+                threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        self._audible.wait()
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._sockets.add(upstream)
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._audible.wait()  # held while silent, as a partition holds it
                 sink.sendall(data)
         except OSError:
             pass

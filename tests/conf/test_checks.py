@@ -436,6 +436,26 @@ def test_e013_workers_are_silent_only_after_two_missed_heartbeats() -> None:
     ]
 
 
+@iq(WORKER_SILENT_AFTER_SECONDS=15, HEARTBEAT_INTERVAL_SECONDS=5)
+def test_e021_the_silence_limit_must_leave_room_to_fence_before_it() -> None:
+    assert check_leader_settings() == [
+        Error(
+            "WORKER_SILENT_AFTER_SECONDS (15) leaves no margin for self-fencing with "
+            "HEARTBEAT_INTERVAL_SECONDS (5): a worker cut off from the database fences itself "
+            "2 heartbeat intervals before the silence limit, at 5s, which must be at least 2 "
+            "heartbeat intervals (10s).",
+            hint="Set WORKER_SILENT_AFTER_SECONDS to at least 20 (four heartbeat intervals), or "
+            "heartbeat more often (docs/howto/network-partitions.md).",
+            id="django_iq.E021",
+        )
+    ]
+
+
+@iq(WORKER_SILENT_AFTER_SECONDS=20, HEARTBEAT_INTERVAL_SECONDS=5)
+def test_e021_four_heartbeats_of_silence_leave_room_to_fence() -> None:
+    assert check_leader_settings() == []
+
+
 @iq(LEADER_LEASE_SECONDS=1, LEADER_POLL_SECONDS=0.6, UNKNOWN_KEY=1)
 def test_leader_checks_wait_until_the_keys_are_known() -> None:
     assert check_leader_settings() == []

@@ -433,8 +433,8 @@ def test_workers_table_shows_each_process_sessions_and_the_server_room_left(
     rows = cells(html)
 
     assert rows["w-live"]["sessions=3"] == "3"
-    assert rows["w-sqlite"]["sessions="] == "–"
-    assert rows["w-dead"]["sessions=1"] == "–", "a dead process holds nothing to count"
+    assert rows["w-sqlite"]["sessions="] == "\N{EN DASH}"
+    assert rows["w-dead"]["sessions=1"] == "\N{EN DASH}", "a dead process holds nothing to count"
     if connection.vendor == "sqlite":
         assert 'id="iq-server-sessions"' not in html
         return

@@ -36,7 +36,7 @@ def about(seconds: float | None, expected: float) -> bool:
     """Within the stated bound below ``expected`` (a run lasts at least what it sleeps), and
     above it by at most what a loaded machine adds to a run (its queries, the scheduling)."""
     assert seconds is not None
-    return expected * (1 - QUANTILE_RELATIVE_ERROR) <= seconds <= expected * 1.5 + 0.02
+    return expected * (1 - QUANTILE_RELATIVE_ERROR) <= seconds <= expected * 2 + 0.1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from django_iq import Fail, RetryAfter, Snooze, job
+from django_iq.exceptions import WorkerFenced
 from tests.testapp.models import JobRun, RecordedRun
 
 
@@ -90,8 +91,14 @@ def recorded(token: str, group_key: str = "", seconds: float = 0.0) -> str:
     run = RecordedRun.objects.create(
         token=token, group_key=group_key, pid=os.getpid(), started_at=time.time()
     )
-    if seconds:
-        time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
+    try:
+        if seconds:
+            time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
+    except WorkerFenced:
+        # Stopped by its worker's fence, which writes nothing for it: the run ended here (when
+        # the database can be reached at all; a run cut off from it leaves no end).
+        RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
+        raise
     RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
     return token
 
@@ -510,3 +517,31 @@ def raises_odd(token: str, kind: str) -> None:
         token=f"{token}:{time.time_ns()}", started_at=time.time(), pid=os.getpid()
     )
     raise ODD_EXCEPTIONS[kind]()
+
+
+@job(max_attempts=20)
+def recorded_in_file(
+    token: str, path: str, group_key: str = "", seconds: float = 0.0, step: float = 0.02
+) -> str:
+    """The partition scenarios' job: append this run's start, then its end (``end``) or the
+    exception that stopped it, to ``path``, as a run cut off from the database cannot write
+    to it. Works in steps of ``step`` seconds: an exception raised in its thread arrives at the
+    end of a step (a step as long as the run: a job blocked in C code)."""
+    pid = os.getpid()
+
+    def write(event: str) -> None:
+        with open(path, "a") as out:  # one line per write, appended whole
+            out.write(f"{event} {token} {group_key or '-'} {pid} {time.time():.6f}\n")
+
+    write("start")
+    outcome = "end"
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(min(step, max(0.0, deadline - time.monotonic())))  # the job's own work
+    except BaseException as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        write(outcome)
+    return token
