@@ -13,6 +13,7 @@ from django.db import connections, router
 from django_iq.conf import ENV_PREFIX, SETTINGS, iq_settings
 from django_iq.exceptions import ImproperlyConfiguredIQ, JobNotRegistered
 from django_iq.models import Entry
+from django_iq.preflight import is_ready, migrations_message, probe, unapplied_migrations
 from django_iq.registry import get_job
 from django_iq.schedule import validate_declared_schedule
 
@@ -291,6 +292,34 @@ def check_database(
             )
         )
     return messages
+
+
+@register(Tags.database)
+def check_migrations(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Warn when django_iq's migrations are not all applied to the database its models are
+    written to; say nothing when that database cannot be read."""
+    if not databases:
+        return []
+    alias = router.db_for_write(Entry)
+    if alias not in databases or is_ready(alias):
+        return []
+    try:
+        with probe(alias) as connection:
+            pending = unapplied_migrations(connection)
+    except Exception:  # a check must not fail on a database it cannot read
+        return []
+    if not pending:
+        return []
+    return [
+        Warning(
+            migrations_message(alias, pending),
+            hint="Workers, leaders and iq_status refuse to start, and enqueue() raises "
+            "MigrationsNotApplied, until `manage.py migrate` has created django_iq's tables.",
+            id="django_iq.W004",
+        )
+    ]
 
 
 CRON_KEYS = ("job", "schedule", "every", "at", "timezone", "args", "kwargs", "queue", "priority")
