@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import difflib
 import functools
 import importlib
 import inspect
@@ -35,6 +34,7 @@ from django_iq.options import (
     validate_run_at,
 )
 from django_iq.serialization import call_pair
+from django_iq.wording import close_names
 
 if TYPE_CHECKING:
     from django_iq.models import Entry
@@ -295,7 +295,7 @@ def get_job(target: Job[Any, Any] | BoundJob | str) -> Job[Any, Any]:
         autodiscover()
         found = _jobs.get(target)
     if found is None:
-        close = difflib.get_close_matches(target, list(_jobs), n=1)
+        close = close_names(target, list(_jobs))
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise JobNotRegistered(
             f"{target!r} is not a registered job.{hint} Decorate the function with "
