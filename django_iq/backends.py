@@ -118,6 +118,9 @@ class TaskJob(Job[Any, Any]):
             task.func, task.module_path, dataclasses.replace(_options(task), run_at=None)
         )
         self.task = task
+        if task.takes_context:
+            # The runner passes the context first: enqueued calls are checked after it.
+            self.leading_arguments = (None,)
 
     def invoke(self, entry: Entry, worker_name: str, timeout: float | None = None) -> Any:
         backend = cast("IQBackend", self.task.get_backend())
@@ -336,6 +339,7 @@ class IQBackend(BaseTaskBackend):
         args = list(args)
         try:
             validate_arguments(args, kwargs)
+            job.check_call(args, kwargs)
         except TypeError as exc:
             raise type(exc)(str(exc)) from None
         result_id = get_random_string(32)

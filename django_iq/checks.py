@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any
 
@@ -19,8 +18,11 @@ from django_iq.fencing import (
     fence_leaves_margin,
 )
 from django_iq.models import Entry
-from django_iq.registry import get_job
+from django_iq.options import settings_queues
+from django_iq.preflight import is_ready, migrations_message, probe, unapplied_migrations
+from django_iq.registry import autodiscover, get_job, registered_jobs
 from django_iq.schedule import validate_declared_schedule
+from django_iq.wording import close_names, one_edit_apart
 
 QUEUE_OPTIONS = ("weight", "max_concurrency", "is_paused", "alert_waiting_seconds")
 QUEUE_OPTION_HINTS = {
@@ -50,7 +52,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     for key, value in user.items():
         spec = SETTINGS.get(key)
         if spec is None:
-            close = difflib.get_close_matches(str(key), list(SETTINGS), n=1)
+            close = close_names(str(key), list(SETTINGS))
             errors.append(
                 Error(
                     f"DJANGO_IQ has an unknown key {key!r}.",
@@ -214,7 +216,7 @@ def _check_queues(queues: dict[str, Any]) -> list[CheckMessage]:
             continue
         for option, value in options.items():
             if option not in QUEUE_OPTIONS:
-                close = difflib.get_close_matches(str(option), QUEUE_OPTIONS, n=1)
+                close = close_names(str(option), QUEUE_OPTIONS)
                 errors.append(
                     Error(
                         f"QUEUES[{name!r}] has an unknown option {option!r}.",
@@ -294,6 +296,72 @@ def check_database(
                 f"django_iq does not support the {connection.vendor!r} database.",
                 hint="Use PostgreSQL, MariaDB (>= 10.6) or SQLite.",
                 id="django_iq.E011",
+            )
+        )
+    return messages
+
+
+@register(Tags.database)
+def check_migrations(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Warn when django_iq's migrations are not all applied to the database its models are
+    written to; say nothing when that database cannot be read."""
+    if not databases:
+        return []
+    alias = router.db_for_write(Entry)
+    if alias not in databases or is_ready(alias):
+        return []
+    try:
+        with probe(alias) as connection:
+            pending = unapplied_migrations(connection)
+    except Exception:  # a check must not fail on a database it cannot read
+        return []
+    if not pending:
+        return []
+    return [
+        Warning(
+            migrations_message(alias, pending),
+            hint="Workers, leaders and iq_status refuse to start, and enqueue() raises "
+            "MigrationsNotApplied, until `manage.py migrate` has created django_iq's tables.",
+            id="django_iq.W004",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_job_queues(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn about a queue that only ``@job(queue=...)`` declares and that is one edit away from
+    a queue of the settings: most likely a typo that made a queue of its own."""
+    user = getattr(settings, "DJANGO_IQ", {})
+    if not isinstance(user, dict) or any(key not in SETTINGS for key in user):
+        return []  # check_settings reports these
+    try:
+        configured = settings_queues()
+    except ImproperlyConfiguredIQ:
+        return []
+    autodiscover()
+    declaring: dict[str, list[str]] = {}
+    for name, registered in registered_jobs().items():
+        declaring.setdefault(registered.options.queue_name, []).append(name)
+    messages: list[CheckMessage] = []
+    for queue, jobs in sorted(declaring.items()):
+        if queue in configured:
+            continue
+        near = sorted(name for name in configured if one_edit_apart(queue, name))
+        if not near:
+            continue
+        shown = ", ".join(sorted(jobs)[:3]) + (
+            f" and {len(jobs) - 3} more" if len(jobs) > 3 else ""
+        )
+        messages.append(
+            Warning(
+                f"Queue {queue!r} is declared only by @job(queue={queue!r}) ({shown}) and is one "
+                f"edit away from the queue {near[0]!r} of the settings.",
+                hint=f"Did you mean {near[0]!r}? Workers started with --queues {near[0]} never "
+                f"claim entries of {queue!r}. If {queue!r} is meant, add it to "
+                'DJANGO_IQ["QUEUES"].',
+                id="django_iq.W005",
             )
         )
     return messages

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_iq.conf import iq_settings
-from django_iq.exceptions import DatabaseUnavailable
+from django_iq.exceptions import DatabaseUnavailable, MigrationsNotApplied
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -244,22 +244,52 @@ def is_transient(exc: BaseException) -> bool:
     return is_connection_error(exc) or is_lock_conflict(exc)
 
 
+# A table the statement names does not exist: PostgreSQL's undefined_table, MySQL's
+# ER_NO_SUCH_TABLE, SQLite's own message.
+_PG_MISSING_TABLE_STATE = "42P01"
+_MYSQL_MISSING_TABLE_CODE = 1146
+
+
+def is_missing_table(exc: BaseException) -> bool:
+    """True if ``exc`` says a table the statement uses does not exist (``migrate`` not run)."""
+    cause = exc.__cause__ or exc
+    module = type(cause).__module__
+    if module.startswith("psycopg"):
+        state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+        return state == _PG_MISSING_TABLE_STATE
+    if module.startswith("MySQLdb"):
+        return bool(cause.args) and cause.args[0] == _MYSQL_MISSING_TABLE_CODE
+    if module == "sqlite3":
+        return str(cause).startswith("no such table")
+    return False
+
+
 @contextmanager
 def reachable(using: str, what: str) -> Iterator[None]:
-    """Raise ``DatabaseUnavailable`` for a connection failure in the block, at once.
+    """Raise ``DatabaseUnavailable`` for a connection failure in the block, at once, and
+    ``MigrationsNotApplied`` when django_iq's tables are missing.
 
     For callers that answer a request (enqueue): they must fail fast with a clear error rather
     than wait through a restart as the worker's bookkeeping does.
     """
     try:
         yield
-    except (OperationalError, InterfaceError) as exc:
-        if isinstance(exc, DatabaseUnavailable) or not is_connection_error(exc):
+    except DatabaseError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if is_missing_table(exc) and not isinstance(exc, MigrationsNotApplied):
+            raise MigrationsNotApplied(
+                f"django_iq's tables are missing from database {using!r} ({reason[:200]}): "
+                f"run `manage.py migrate` first; {what}."
+            ) from exc
+        if (
+            not isinstance(exc, (OperationalError, InterfaceError))
+            or isinstance(exc, DatabaseUnavailable)
+            or not is_connection_error(exc)
+        ):
             raise
         connection = connections[using]
         if not connection.in_atomic_block:
             connection.close()  # the next call connects afresh once the server is back
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseUnavailable(
             f"The database {using!r} cannot be reached ({reason[:200]}); {what}. "
             "Retry when it is back."

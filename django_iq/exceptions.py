@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import OperationalError
+from django.db import DatabaseError, OperationalError
 
 
 class IQError(Exception):
@@ -64,6 +64,16 @@ class DatabaseUnavailable(IQError, OperationalError):
     Raised by ``enqueue()`` and ``enqueue_many()`` at once, without waiting or retrying, so a
     request can answer quickly; nothing was enqueued. A subclass of Django's
     ``OperationalError``, so existing handlers of that still catch it.
+    """
+
+
+class MigrationsNotApplied(IQError, DatabaseError):
+    """django_iq's tables are missing from its database: ``manage.py migrate`` was not run
+    there (or not since an upgrade).
+
+    Raised by ``enqueue()`` and ``enqueue_many()`` in place of the driver's "table does not
+    exist" error; nothing was enqueued. A subclass of Django's ``DatabaseError``, so existing
+    handlers of that still catch it.
     """
 
 

@@ -4,7 +4,6 @@ of registered jobs, handed to them by the caller so that they never import the r
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import math
@@ -29,6 +28,7 @@ from django_iq.limits import (
     text_problem,
 )
 from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
+from django_iq.wording import close_names
 
 # An entry's lock key is "g:" + its group key, stored in a 200-character column.
 MAX_GROUP_KEY_LENGTH = 198
@@ -81,7 +81,7 @@ MAX_UNIQUE_KEY_LENGTH = 200
 
 
 def unknown_option(name: str, allowed: Sequence[str], where: str) -> InvalidJobOptions:
-    close = difflib.get_close_matches(name, allowed, n=1)
+    close = close_names(name, allowed)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return InvalidJobOptions(
         f"Unknown option {name!r} for {where}.{hint} Valid options: {', '.join(allowed)}."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import difflib
 import functools
 import importlib
 import inspect
@@ -18,6 +17,7 @@ from django.utils.module_loading import autodiscover_modules
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
 from django_iq.exceptions import (
+    InvalidJobArguments,
     InvalidJobOptions,
     JobNotRegistered,
     JobTimeout,
@@ -34,6 +34,7 @@ from django_iq.options import (
     validate_run_at,
 )
 from django_iq.serialization import call_pair
+from django_iq.wording import close_names
 
 if TYPE_CHECKING:
     from django_iq.models import Entry
@@ -83,6 +84,38 @@ class Job(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Job {self.name}>"
 
+    @functools.cached_property
+    def call_signature(self) -> inspect.Signature | None:
+        """The function's signature, read once; None for a callable Python cannot read one of
+        (a builtin): its calls are not checked."""
+        try:
+            return inspect.signature(self.func)
+        except (TypeError, ValueError):
+            return None
+
+    def check_call(self, args: Sequence[Any], kwargs: dict[str, Any], index: int = -1) -> None:
+        """Raise ``InvalidJobArguments`` if the function cannot be called with ``args`` and
+        ``kwargs`` (``index``: the call's place in an ``enqueue_many``): too many or too few
+        arguments, or a keyword it has no parameter for."""
+        signature = self.call_signature
+        if signature is None:
+            return
+        try:
+            signature.bind(*self.leading_arguments, *args, **kwargs)
+        except TypeError as exc:
+            where = f"Call {index}: " if index >= 0 else ""
+            raise InvalidJobArguments(
+                f"{where}{self.name}{self.shown_signature()} cannot be called with "
+                f"{_shown_call(args, kwargs)}: {exc}. Nothing was enqueued."
+            ) from None
+
+    # Arguments the runner passes before the enqueued ones (a task's context).
+    leading_arguments: tuple[Any, ...] = ()
+
+    def shown_signature(self) -> str:
+        """The parameters a caller gives, without annotations: ``(a, b, *, limit=1)``."""
+        return _plain(self.call_signature, skip=len(self.leading_arguments))
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
@@ -112,6 +145,26 @@ class Job(Generic[P, R]):
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Entry]:
         """Enqueue one entry per ``(args, kwargs)`` pair in as few round trips as possible."""
         return BoundJob(self, self.options).enqueue_many(calls)
+
+
+def _plain(signature: inspect.Signature | None, skip: int = 0) -> str:
+    if signature is None:
+        return "(...)"
+    parameters = list(signature.parameters.values())[skip:]
+    return str(
+        signature.replace(
+            parameters=[parameter.replace(annotation=parameter.empty) for parameter in parameters],
+            return_annotation=signature.empty,
+        )
+    )
+
+
+def _shown_call(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+    shown = [f"{value!r:.40}" for value in args] + [
+        f"{key}={value!r:.40}" for key, value in kwargs.items()
+    ]
+    text = ", ".join(shown)
+    return f"({text[:200]}{'...' if len(text) > 200 else ''})"
 
 
 def run_coroutine(
@@ -148,16 +201,23 @@ class BoundJob:
         return BoundJob(self.job, self.options.merged(**overrides))
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Entry:
-        (entry,) = self.enqueue_many([(args, kwargs)])
+        self.job.check_call(args, kwargs)
+        (entry,) = self._enqueue_checked([(args, kwargs)])
         return entry
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Entry]:
+        # Every call is checked against the function's signature before anything is written.
+        listed = [call_pair(index, call) for index, call in enumerate(calls)]
+        for index, (args, kwargs) in enumerate(listed):
+            self.job.check_call(args, kwargs, index)
+        return self._enqueue_checked(listed)
+
+    def _enqueue_checked(self, listed: list[tuple[Sequence[Any], dict[str, Any]]]) -> list[Entry]:
         options = self.options
         group_by = options.group_by
         if group_by is None or options.group_key is not None:
-            return iq.Entry.objects.enqueue_many(self.job.name, calls, options, jobs=catalog)
+            return iq.Entry.objects.enqueue_many(self.job.name, listed, options, jobs=catalog)
         # A group key per call, each found before anything is written.
-        listed = list(calls)
         keys = [
             group_key_of(self.job.func, group_by, *call_pair(index, call))
             for index, call in enumerate(listed)
@@ -235,7 +295,7 @@ def get_job(target: Job[Any, Any] | BoundJob | str) -> Job[Any, Any]:
         autodiscover()
         found = _jobs.get(target)
     if found is None:
-        close = difflib.get_close_matches(target, list(_jobs), n=1)
+        close = close_names(target, list(_jobs))
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise JobNotRegistered(
             f"{target!r} is not a registered job.{hint} Decorate the function with "

@@ -5,7 +5,6 @@ queues configured in ``DJANGO_IQ`` and the framework's default queue)."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,6 +12,7 @@ from django_iq.exceptions import ImproperlyConfiguredIQ
 from django_iq.limits import MAX_ATTEMPTS_LIMIT
 from django_iq.options import settings_queues
 from django_iq.tasks_compat import DEFAULT_TASK_QUEUE_NAME
+from django_iq.wording import close_names
 
 # Keys IQBackend reads from TASKS[alias]["OPTIONS"].
 BACKEND_OPTIONS = ("max_attempts",)
@@ -28,7 +28,7 @@ def option_problems(alias: str, options: Any) -> list[str]:
     problems = []
     for key in options:
         if key not in BACKEND_OPTIONS:
-            close = difflib.get_close_matches(str(key), BACKEND_OPTIONS, n=1)
+            close = close_names(str(key), BACKEND_OPTIONS)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             problems.append(f"{where} has an unknown key {key!r}.{hint}")
     attempts = options.get("max_attempts", DEFAULT_TASK_MAX_ATTEMPTS)
@@ -70,7 +70,7 @@ def queue_problem(alias: str, name: str, backend_queues: Iterable[str]) -> str |
     allowed = task_queues(listed)
     if name in allowed:
         return None
-    close = difflib.get_close_matches(name, sorted(allowed), n=1)
+    close = close_names(name, sorted(allowed))
     hint = f" Did you mean {close[0]!r}?" if close else ""
     where = (
         f"TASKS[{alias!r}]['QUEUES']"

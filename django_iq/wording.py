@@ -1,5 +1,10 @@
 """Words shared by every door that talks to people (admin messages, API messages, commands)."""
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
     """``"1 entry"``, ``"3 entries"``: a count with its noun."""
@@ -16,3 +21,60 @@ def rate_use(recent: int, count: int | None, period_seconds: float | None) -> st
     if count is None or period_seconds is None:
         return "-"
     return f"{recent} / {count} per {period_seconds:g} s"
+
+
+# How alike a name must be to a known one to be suggested (difflib's ratio: twice the matched
+# characters over both lengths). difflib's default of 0.6 suggested names sharing little more
+# than a few letters ('fast' for 'default'); 0.75 keeps a typo, a missing or doubled letter, a
+# transposition or a missing suffix ('POLL_INTERVAL' for 'POLL_INTERVAL_SECONDS'). Names of
+# five characters or more also match within two edits ('staus' for 'state', 'emial' for
+# 'emails').
+CLOSE_NAME_CUTOFF = 0.75
+CLOSE_NAME_EDITS = 2
+
+
+def close_names(name: str, known: Iterable[str]) -> list[str]:
+    """The known name closest to ``name``, in a list of one, or an empty list when none is
+    close enough to be what was meant (for "Did you mean ...?").
+
+    Dotted names (jobs) are compared part by part as well: their shared module path alone
+    made any two jobs of a module look alike ('app.jobs.nothing' suggested 'app.jobs.chain').
+    """
+    candidates = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
+    for candidate in candidates:
+        if not _alike(name, candidate):
+            continue
+        module, _, last = name.rpartition(".")
+        known_module, _, known_last = candidate.rpartition(".")
+        if not module or not known_module:
+            return [candidate]
+        if _alike(last, known_last) and (module == known_module or _alike(module, known_module)):
+            return [candidate]
+    return []
+
+
+def _alike(first: str, second: str) -> bool:
+    if difflib.SequenceMatcher(None, first, second).ratio() >= CLOSE_NAME_CUTOFF:
+        return True
+    return min(len(first), len(second)) >= 5 and _edits(first, second) <= CLOSE_NAME_EDITS
+
+
+def _edits(first: str, second: str) -> int:
+    """Characters changed, added or removed, and neighbours swapped, to make ``second`` of
+    ``first`` (the optimal string alignment distance)."""
+    rows = [list(range(len(second) + 1))]
+    for i, a in enumerate(first, 1):
+        row = [i]
+        for j, b in enumerate(second, 1):
+            cost = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (a != b))
+            if i > 1 and j > 1 and a == second[j - 2] and first[i - 2] == b:
+                cost = min(cost, rows[-2][j - 2] + 1)
+            row.append(cost)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def one_edit_apart(first: str, second: str) -> bool:
+    """True if ``second`` is ``first`` with one character changed, added or removed, or two
+    neighbours swapped; false for equal names."""
+    return _edits(first, second) == 1

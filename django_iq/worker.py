@@ -46,6 +46,9 @@ from django_iq.wakeup import Listener, Wakeups, listening_supported
 
 logger = logging.getLogger(__name__)
 
+# Job names a worker logs at INFO when it starts; all of them at DEBUG.
+LOGGED_JOB_NAMES = 10
+
 # How long a process with a stuck run takes, at most, to write what it can before it exits.
 STUCK_EXIT_SECONDS = 2.0
 # A processing thread with nothing to run for this long closes its database session: an idle
@@ -272,6 +275,7 @@ class WorkerProcess(IQProcess):
             for name in self.job_names
             if name in jobs and jobs[name].options.is_limited
         }
+        self._log_jobs(self.job_names)
         self.register()
         self._last_heartbeat_ok = time.monotonic()
         job_names = self.job_names
@@ -303,6 +307,28 @@ class WorkerProcess(IQProcess):
         while not self.stopping.wait(0.2):
             pass
         return self._shutdown()
+
+    def _log_jobs(self, names: list[str]) -> None:
+        """Say at start which jobs this worker runs (a missing jobs module shows at once): the
+        count and the first names at INFO, every name at DEBUG."""
+        if not names:
+            logger.info(
+                "no jobs registered name=%s: is the jobs module imported? Put @job functions "
+                "in a jobs.py of an installed app or list their module in "
+                'DJANGO_IQ["JOB_MODULES"]; see docs/getting-started.md#a-first-job',
+                self.name,
+            )
+            return
+        shown = ", ".join(names[:LOGGED_JOB_NAMES])
+        more = len(names) - LOGGED_JOB_NAMES
+        logger.info(
+            "jobs registered name=%s count=%s jobs=%s%s",
+            self.name,
+            len(names),
+            shown,
+            f" and {more} more (all at DEBUG, runworker -v 3)" if more > 0 else "",
+        )
+        logger.debug("jobs registered name=%s jobs=%s", self.name, ", ".join(names))
 
     def registration(self) -> dict[str, Any]:
         return {

@@ -16,14 +16,15 @@ ROOT = Path(__file__).resolve().parent.parent
 _started: list[Command] = []
 
 
-def database_url() -> str:
-    """Return a DATABASE_URL naming the database the running test uses (the test database)."""
+def database_url(name: str | None = None) -> str:
+    """Return a DATABASE_URL naming the database the running test uses (the test database),
+    or the database ``name`` of the same server."""
     s = connection.settings_dict
     if connection.vendor == "sqlite":
-        return f"sqlite:///{s['NAME']}"
+        return f"sqlite:///{name or s['NAME']}"
     scheme = {"postgresql": "postgres", "mysql": "mysql"}[connection.vendor]
     auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
-    return f"{scheme}://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or ''}/{s['NAME']}"
+    return f"{scheme}://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or ''}/{name or s['NAME']}"
 
 
 def command_env(**extra: str) -> dict[str, str]:

@@ -80,6 +80,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "prometheus",
             "pytest_plugin",
             "operations",
+            "preflight",
             "receivers",
             "snapshot",
             "testing",

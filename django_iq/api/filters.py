@@ -3,7 +3,6 @@ parser, filter), so the views, the counts and the OpenAPI document cannot disagr
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +24,7 @@ from django_iq.states import (
     EntryState,
     OutcomeStatus,
 )
+from django_iq.wording import close_names
 
 ENTRY_STATES = (*EntryState.values, COMPUTING, AWAITING_COMPUTE)
 # Queue names listed in a "does not exist" message, at most.
@@ -59,7 +59,7 @@ def parse_queue(raw: str) -> str:
     if Queue.objects.filter(name=raw).exists():
         return raw
     known = list(Queue.objects.order_by("name").values_list("name", flat=True))
-    close = difflib.get_close_matches(raw, known, n=1)
+    close = close_names(raw, known)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     shown = ", ".join(known[:KNOWN_QUEUES_SHOWN]) + (
         ", ..." if len(known) > KNOWN_QUEUES_SHOWN else ""
@@ -309,7 +309,7 @@ def parse_query(query: QueryDict, params: Sequence[Param]) -> dict[str, Any]:
     for name, raws in query.lists():
         param = by_name.get(name)
         if param is None:
-            close = difflib.get_close_matches(name, list(by_name), n=1)
+            close = close_names(name, list(by_name))
             hint = f" Did you mean {close[0]!r}?" if close else ""
             accepted = f"Accepted: {', '.join(by_name)}." if by_name else "It takes none."
             raise ApiError(

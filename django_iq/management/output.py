@@ -4,7 +4,6 @@ tables, durations and times, plurals, and the checks of queue names an operator 
 from __future__ import annotations
 
 import argparse
-import difflib
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -15,6 +14,7 @@ from django_iq.models import Queue
 from django_iq.registry import declared_queues
 from django_iq.snapshot import ServerSessions, Snapshot
 from django_iq.states import COUNTED_STATES
+from django_iq.wording import close_names
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -218,7 +218,7 @@ def unknown_queue_message(names: Sequence[str]) -> str | None:
         return None
     described = []
     for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1)
+        close = close_names(name, known)
         described.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
     return (
         f"Unknown {'queue' if len(unknown) == 1 else 'queues'}: {', '.join(described)}. "

@@ -677,3 +677,95 @@ def test_a_bad_environment_variable_suppresses_the_leader_checks(
 
     assert leader_errors == []
     assert [e.id for e in settings_errors] == ["django_iq.E005"]
+
+
+# -- W005: a queue only a job declares, one edit from a configured one -----------------------
+
+
+def declared_by_jobs(monkeypatch: pytest.MonkeyPatch, **queues: str) -> None:
+    """Register, for this test only, one job per keyword: its name, and the queue it declares."""
+    from django_iq import registry
+    from django_iq.options import JobOptions
+
+    jobs = registry.registered_jobs()
+    for name, queue in queues.items():
+        jobs[f"shop.jobs.{name}"] = registry.Job(
+            lambda: None, f"shop.jobs.{name}", JobOptions(queue=queue)
+        )
+    monkeypatch.setattr(registry, "_jobs", jobs)
+
+
+@iq(QUEUES={"emails": {}, "reports": {"weight": 2}})
+def test_w005_a_queue_one_edit_from_a_configured_queue_is_warned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_iq.checks import check_job_queues
+
+    declared_by_jobs(monkeypatch, send_receipt="emials", send_invoice="emials")
+    assert check_job_queues() == [
+        Warning(
+            "Queue 'emials' is declared only by @job(queue='emials') (shop.jobs.send_invoice, "
+            "shop.jobs.send_receipt) and is one edit away from the queue 'emails' of the "
+            "settings.",
+            hint="Did you mean 'emails'? Workers started with --queues emails never claim "
+            "entries of 'emials'. If 'emials' is meant, add it to DJANGO_IQ[\"QUEUES\"].",
+            id="django_iq.W005",
+        )
+    ]
+
+
+@iq(QUEUES={"emails": {}, "reports": {}})
+def test_w005_the_default_queue_counts_as_configured_and_many_jobs_are_cut_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_iq.checks import check_job_queues
+
+    declared_by_jobs(monkeypatch, a="defualt", b="defualt", c="defualt", d="defualt", e="email")
+    messages = check_job_queues()
+    assert [message.msg for message in messages] == [
+        "Queue 'defualt' is declared only by @job(queue='defualt') (shop.jobs.a, shop.jobs.b, "
+        "shop.jobs.c and 1 more) and is one edit away from the queue 'default' of the settings.",
+        "Queue 'email' is declared only by @job(queue='email') (shop.jobs.e) and is one edit "
+        "away from the queue 'emails' of the settings.",
+    ]
+
+
+@iq(QUEUES={"emails": {}, "reports": {}, "emials": {}})
+def test_w005_configured_queues_and_queues_two_edits_away_are_not_warned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_iq.checks import check_job_queues
+
+    # 'emials' is configured: meant. 'exports' is two edits from 'reports': a queue of its own.
+    declared_by_jobs(monkeypatch, a="emials", b="exports", c="thumbnails", d="emails")
+    assert check_job_queues() == []
+
+
+def test_the_test_jobs_declare_no_queue_near_a_configured_one() -> None:
+    from django_iq.checks import check_job_queues
+
+    assert check_job_queues() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "known", "suggested"),
+    [
+        ("POLL_INTERVAL", ["POLL_INTERVAL_SECONDS", "DEFAULT_QUEUE"], ["POLL_INTERVAL_SECONDS"]),
+        ("weigth", ["weight", "max_concurrency"], ["weight"]),
+        ("emials", ["emails", "reports"], ["emails"]),
+        ("fast", ["default", "emails"], []),
+        ("billing", ["mailing"], []),
+        ("staus", ["queue", "state", "job"], ["state"]),
+        ("emials", ["images"], []),
+        ("emial", ["emails", "default"], ["emails"]),
+        ("app.jobs.recrod", ["app.jobs.record", "app.jobs.noop"], ["app.jobs.record"]),
+        ("app.jobs.nothing", ["app.jobs.chain", "app.jobs.noop"], []),
+        ("ap.jobs.record", ["app.jobs.record"], ["app.jobs.record"]),
+    ],
+)
+def test_did_you_mean_suggests_only_close_names(
+    name: str, known: list[str], suggested: list[str]
+) -> None:
+    from django_iq.wording import close_names
+
+    assert close_names(name, known) == suggested

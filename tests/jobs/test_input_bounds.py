@@ -19,7 +19,7 @@ from django_iq.tasks_compat import InvalidTask
 from django_iq.worker import WorkerProcess
 from tests.conftest import iq_settings_with
 from tests.testapp import tasks
-from tests.testapp.jobs import always_fails, record
+from tests.testapp.jobs import always_fails, record, takes_anything
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,7 +98,7 @@ def test_arguments_no_database_reads_back_exactly_are_refused(value: Any, messag
 
 def test_arguments_at_the_limits_are_stored_and_read_back_exactly() -> None:
     values = [2**63 - 1, -(2**63), nested(MAX_ARGUMENT_DEPTH), 2.0**53 - 1, 5e-324]
-    entry = record.enqueue(*values)
+    entry = takes_anything.enqueue(*values)
     assert Entry.objects.get(pk=entry.pk).args == values
 
 
@@ -169,7 +169,7 @@ def test_any_argument_is_refused_cleanly_or_read_back_exactly(value: Any) -> Non
     Entry.objects.all().delete()
     Queue.objects.all().delete()
     try:
-        entry = record.enqueue(value, key=value)
+        entry = takes_anything.enqueue(value, key=value)
     except InvalidJobArguments:
         assert nothing_written()
         return

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from django_iq import Fail, RetryAfter, Snooze, job
 from django_iq.exceptions import WorkerFenced
@@ -60,6 +61,12 @@ def wait_for_file(token: str, path: str, timeout_seconds: float = 30.0) -> str:
 
 @job
 def noop() -> None:
+    return None
+
+
+@job
+def takes_anything(*args: Any, **kwargs: Any) -> None:
+    """Any call fits: for tests of what arguments are stored, whatever the call."""
     return None
 
 

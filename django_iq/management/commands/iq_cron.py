@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 from typing import Any
 
@@ -14,6 +13,7 @@ from django_iq import operations
 from django_iq.conf import iq_settings
 from django_iq.management.output import format_time, render_table
 from django_iq.models import CronJob, DisabledJob, Entry
+from django_iq.wording import close_names
 
 
 class Command(BaseCommand):
@@ -159,7 +159,7 @@ def _find(names: list[str]) -> list[CronJob]:
                 "yet (is manage.py runleader running?)"
             )
             continue
-        close = difflib.get_close_matches(name, known, n=1)
+        close = close_names(name, known)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         problems.append(f"{name!r} is not a cron job{hint}")
     raise CommandError(f"{'; '.join(problems)}. Cron jobs: {', '.join(known) or 'none'}.")

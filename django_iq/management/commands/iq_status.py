@@ -16,6 +16,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq.management.argtypes import seconds
 from django_iq.management.output import refuse_unknown_queues, render_text, split_names
+from django_iq.preflight import startup_problem
 from django_iq.snapshot import Snapshot, read_snapshot
 
 DEFAULT_WATCH_SECONDS = 2.0
@@ -80,6 +81,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues: list[str] | None = options["queues"]
+        problem = startup_problem()
+        if problem:
+            raise CommandError(problem)
         refuse_unknown_queues(queues)
         interval: float | None = options["watch"]
         if interval is None:

@@ -12,6 +12,7 @@ from django_iq.exceptions import InvalidProcessName
 from django_iq.leader import Leader
 from django_iq.management.argtypes import seconds
 from django_iq.management.logconfig import configure_logging
+from django_iq.preflight import startup_problem
 from django_iq.process import MAX_NAME_LENGTH, check_name
 
 
@@ -40,6 +41,9 @@ class Command(BaseCommand):
             raise CommandError(f"--name: {exc}") from None
         if options["verbosity"] >= 1:
             configure_logging(logging.DEBUG if options["verbosity"] >= 3 else logging.INFO)
+        problem = startup_problem()
+        if problem:
+            raise CommandError(problem)
         leader = Leader(
             name=options["name"],
             lease_seconds=options["lease_seconds"],

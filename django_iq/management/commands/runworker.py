@@ -14,6 +14,7 @@ from django_iq.exceptions import InvalidProcessName, QueueNotFound
 from django_iq.management.argtypes import seconds, whole
 from django_iq.management.logconfig import configure_logging
 from django_iq.models import Entry, Queue
+from django_iq.preflight import startup_problem
 from django_iq.process import MAX_NAME_LENGTH, check_name
 from django_iq.registry import catalog
 from django_iq.reloading import run_with_reload
@@ -94,6 +95,9 @@ class Command(BaseCommand):
                 )
         if options["verbosity"] >= 1:
             configure_logging(logging.DEBUG if options["verbosity"] >= 3 else logging.INFO)
+        problem = startup_problem()
+        if problem:
+            raise CommandError(problem)
         for name in queues or []:
             try:
                 Queue.objects.ensure(name, catalog)
