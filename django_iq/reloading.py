@@ -40,11 +40,15 @@ EXIT_FAILED_START = 1
 PARENT_CHECK_SECONDS = 1.0
 
 
-def run_with_reload(make_worker: Callable[[], WorkerProcess]) -> int:
+def run_with_reload(
+    make_worker: Callable[[], WorkerProcess], before_start: Callable[[], object] = lambda: None
+) -> int:
     """Run the worker ``make_worker()`` builds, starting it afresh on every code change;
-    return the exit status of the last worker."""
+    return the exit status of the last worker. ``before_start`` (the command's system checks,
+    which import the URLconf and with it any jobs module it imports) runs in the child before
+    each worker starts: when it raises, the child waits for a change, as ``runserver`` does."""
     if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
-        return _Reload(make_worker()).run()
+        return _Reload(make_worker(), before_start).run()
     return _parent()
 
 
@@ -73,8 +77,11 @@ def _parent() -> int:
 class _Reload:
     """The child's side: the worker in a thread, the reloader in the main thread."""
 
-    def __init__(self, worker: WorkerProcess) -> None:
+    def __init__(
+        self, worker: WorkerProcess, before_start: Callable[[], object] = lambda: None
+    ) -> None:
         self.worker = worker
+        self.before_start = before_start
         self.reloader = autoreload.get_reloader()
         self.changed: str | None = None
         self.codes: list[int] = []
@@ -84,9 +91,7 @@ class _Reload:
     def _run_worker(self) -> None:
         try:
             # A module that fails to import is watched too (Django's ``check_errors``).
-            autoreload.check_errors(
-                lambda: self.codes.append(self.worker.run(install_signal_handlers=False))
-            )()
+            autoreload.check_errors(self._start)()
         except BaseException:
             logger.exception(
                 "the worker failed to start; it starts again when a watched file changes"
@@ -96,6 +101,10 @@ class _Reload:
                 # A clean stop ends the reloader; a failed start waits for a change.
                 if self.codes or self.changed is not None or self.worker.stopping.is_set():
                     self.reloader.stop()
+
+    def _start(self) -> None:
+        self.before_start()
+        self.codes.append(self.worker.run(install_signal_handlers=False))
 
     def _parent_gone(self) -> None:
         logger.warning("the reloading parent is gone: stopping the worker")

@@ -138,6 +138,29 @@ def test_a_broken_jobs_module_waits_for_the_fix(tmp_path: Path) -> None:
     assert code == 0, output[-3000:]
 
 
+def test_a_broken_jobs_module_the_urlconf_imports_waits_for_the_fix(tmp_path: Path) -> None:
+    # The system checks import the URLconf, and with it the jobs module, before the worker.
+    module = Module(tmp_path)
+    urls = f"{module.name}_urls"
+    (tmp_path / f"{urls}.py").write_text(
+        f"import {module.name}  # noqa: F401\n\nfrom tests.urls import urlpatterns\n"
+    )
+    module.env["IQ_RELOAD_URLCONF"] = urls
+    module.write("def broken(:\n")
+    worker = start(module)
+    wait_until(lambda: "failed to start" in worker.output(), 60, message="the failed start")
+    time.sleep(2.5)
+    assert worker.poll() is None, f"the parent waits for a change: {worker.output()[-2000:]}"
+
+    module.write(JOBS.format(version="fixed"))
+    module.enqueue("a")
+    wait_until(lambda: ran("a"), 60, message=f"the fixed module ran: {worker.output()}")
+    assert ran("a") == ["a:fixed"]
+    worker.send_signal(signal.SIGINT)
+    code, output = finish(worker, 60)
+    assert code == 0, output[-3000:]
+
+
 @pytest.mark.parametrize(
     "flags", [["--burst"], ["--processes", "2"], ["--max-jobs-per-child", "5"]]
 )

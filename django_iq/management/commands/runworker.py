@@ -67,6 +67,14 @@ class Command(BaseCommand):
             help="Wait this long for running jobs on stop (0 to 86400).",
         )
 
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        if options.get("reload"):
+            # The system checks import the URLconf, and any jobs module it imports: with
+            # --reload they run in the reloading child before each start, where a module that
+            # fails to import is watched until it is fixed, as runserver does.
+            options["skip_checks"] = True
+        return super().execute(*args, **options)
+
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             check_name(options["name"])
@@ -120,7 +128,10 @@ class Command(BaseCommand):
             "max_memory_mb": options["max_memory_per_child"],
         }
         if options["reload"]:
-            code = run_with_reload(lambda: WorkerProcess(**worker_options))
+            code = run_with_reload(
+                lambda: WorkerProcess(**worker_options),
+                before_start=lambda: self.check(display_num_errors=False),
+            )
         elif options["processes"] > 1 or recycled:
             code = run_supervisor(
                 processes=options["processes"], burst=options["burst"], **worker_options
