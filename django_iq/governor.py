@@ -128,9 +128,9 @@ class ResourceGovernor:
             reason = f"throttled cpu={cpu:.0f}% memory={memory:.0f}%"
             if not was_throttled:
                 logger.warning(
-                    "throttled: not claiming until cpu < %s and memory < %.0f%% "
+                    "throttled: not claiming until %smemory < %.0f%% "
                     "cpu=%.0f memory=%.0f cpu_limit=%s memory_limit=%.0f",
-                    "any" if self.cpu_throttle is None else f"{self.cpu_resume:.0f}%",
+                    "" if self.cpu_throttle is None else f"cpu < {self.cpu_resume:.0f}% and ",
                     self.memory_resume,
                     cpu,
                     memory,

@@ -13,6 +13,9 @@ from django.core.management.base import SystemCheckError
 from django.db import connections
 from django.test import override_settings
 
+# Declared once under the test settings: the checks below import the task modules, and one
+# first imported while a test has replaced QUEUES would be refused its queue.
+import tests.testapp.tasks  # noqa: F401
 from django_iq.checks import check_database, check_leader_settings, check_settings
 from django_iq.conf import iq_settings
 

@@ -136,7 +136,7 @@ def test_by_default_cpu_use_never_throttles_but_memory_does(caplog) -> None:
         assert gov.decide(2).slots == 2
 
     assert [r.getMessage() for r in caplog.records] == [
-        "throttled: not claiming until cpu < any and memory < 80% "
+        "throttled: not claiming until memory < 80% "
         "cpu=100 memory=95 cpu_limit=off memory_limit=90",
         "resumed claiming cpu=100 memory=50",
     ]
