@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dbconn",
             "exceptions",
             "governor",
+            "fencing",
             "grouping",
             "indexes",
             "limits",
