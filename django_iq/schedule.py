@@ -150,6 +150,12 @@ def next_fire_time(schedule: str, timezone_name: str, after: datetime) -> dateti
     try:
         zone = zoneinfo.ZoneInfo(timezone_name)
         fire = croniter(schedule, after.astimezone(zone)).get_next(datetime).astimezone(UTC)
+        # A wall-clock time the fall-back hour repeats fires at its first occurrence only,
+        # unless the hour field is a wildcard (the schedule then keeps its pace by the clock).
+        if not _hour_is_wildcard(schedule):
+            times = croniter(schedule, fire.astimezone(zone))
+            while _is_repeated(fire, zone):
+                fire = times.get_next(datetime).astimezone(UTC)
     except CroniterBadDateError:
         fire = None
     # croniter's other errors are ValueErrors; a bad zone name is a KeyError or a ValueError.
@@ -162,6 +168,18 @@ def next_fire_time(schedule: str, timezone_name: str, after: datetime) -> dateti
             f"{schedule!r:.120} has no fire time after {after.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC."
         )
     return fire
+
+
+def _hour_is_wildcard(schedule: str) -> bool:
+    """Whether the hour field of ``schedule`` is ``*`` or ``*/n`` (every hour, by the clock)."""
+    return schedule.split()[1].startswith("*")
+
+
+def _is_repeated(fire: datetime, zone: zoneinfo.ZoneInfo) -> bool:
+    """Whether ``fire`` is the second occurrence of its wall-clock time in ``zone`` (the hour
+    a fall-back to winter time repeats)."""
+    local = fire.astimezone(zone)
+    return local.fold == 1 and local.utcoffset() != local.replace(fold=0).utcoffset()
 
 
 def next_interval_time(anchor: datetime | None, every_seconds: int, after: datetime) -> datetime:

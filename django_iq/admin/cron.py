@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, Field, OuterRef, QuerySet
@@ -33,10 +33,11 @@ from django_iq.admin.common import (
     short_time,
     time_column,
 )
+from django_iq.conf import iq_settings
 from django_iq.exceptions import InvalidJobArguments, InvalidSchedule, JobNotRegistered
 from django_iq.limits import MAX_ARGUMENT_DEPTH
 from django_iq.models import CronJob, DisabledJob
-from django_iq.registry import get_job
+from django_iq.registry import catalog, get_job
 from django_iq.schedule import every_seconds_of, next_fire_time
 from django_iq.serialization import validate_arguments
 from django_iq.states import MAX_PRIORITY, MIN_PRIORITY, OutcomeStatus
@@ -211,6 +212,13 @@ class CronJobAdmin(IQModelAdmin):
     cron_name = cut_column("name", "name", "narrow")
     job = job_column("job_name")
     last_run = time_column("last_run_at", "last run")
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # The leader syncs the CRON setting it started with: say what it has not loaded yet.
+        if request.method == "GET":
+            for line in CronJob.objects.declared_drift(iq_settings.CRON, catalog).lines():
+                messages.warning(request, line)
+        return super().changelist_view(request, extra_context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CronJob]:
         # Whether each row's job is switched off, in the list's one query.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from django.utils import timezone
 from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
-from django_iq.exceptions import InvalidSchedule
+from django_iq.exceptions import InvalidSchedule, JobNotRegistered
 from django_iq.limits import END_REASON_MAX_CHARS
 from django_iq.options import JobCatalog
 from django_iq.schedule import (
@@ -74,6 +75,67 @@ def declared_fields(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def row_fields(spec: dict[str, Any], queue: str) -> dict[str, Any]:
+    """The fields of a declared cron job's row, from its ``DJANGO_IQ["CRON"]`` entry."""
+    return {
+        **declared_fields(spec),
+        "job_name": spec["job"],
+        "args": list(spec.get("args", [])),
+        "kwargs": dict(spec.get("kwargs", {})),
+        "queue_id": queue,
+        "priority": spec.get("priority", iq_settings.DEFAULT_PRIORITY),
+        "is_declared": True,
+    }
+
+
+def _differs(row: CronJob, fields: dict[str, Any]) -> bool:
+    return any(getattr(row, key) != value for key, value in fields.items())
+
+
+def _was_refused(row: CronJob) -> bool:
+    """Whether the row ended because its declaration was refused: it is armed again once the
+    declaration is valid, even if it is declared as it was before."""
+    return row.ended_at is not None and row.end_reason.startswith(DECLARED_REFUSED)
+
+
+@dataclass(frozen=True)
+class CronDrift:
+    """Declared cron jobs (``DJANGO_IQ["CRON"]``) the stored ones do not match yet, by name."""
+
+    # Declared, not stored: they start once a leader (re)starts with these settings.
+    not_loaded: list[str]
+    # Stored with another schedule, job, arguments, queue or priority than declared.
+    changed: list[str]
+    # Stored as declared, no longer declared: a (re)started leader removes them.
+    not_declared: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.not_loaded or self.changed or self.not_declared)
+
+    def lines(self) -> list[str]:
+        """What differs, a sentence each, saying that a leader (re)start applies it."""
+        found = []
+        if self.not_loaded:
+            found.append(
+                "The settings declare cron jobs the leader has not loaded yet: "
+                f"{', '.join(self.not_loaded)}; they start once a leader (re)starts with "
+                "these settings."
+            )
+        if self.changed:
+            found.append(
+                "The settings declare other schedules, jobs, arguments, queues or priorities "
+                f"than the leader has stored for: {', '.join(self.changed)}; they change once "
+                "a leader (re)starts with these settings."
+            )
+        if self.not_declared:
+            found.append(
+                "The leader still has cron jobs the settings no longer declare: "
+                f"{', '.join(self.not_declared)}; they are removed once a leader (re)starts "
+                "with these settings."
+            )
+        return found
+
+
 class CronJobManager(models.Manager["CronJob"]):
     """Cron jobs and the one entry each enabled cron job keeps."""
 
@@ -129,26 +191,15 @@ class CronJobManager(models.Manager["CronJob"]):
                 refused[name] = f"{DECLARED_REFUSED} {exc}"
                 self._refuse_declared(name, now, refused[name])
                 continue
-            fields = {
-                **declared_fields(spec),
-                "job_name": spec["job"],
-                "args": list(spec.get("args", [])),
-                "kwargs": dict(spec.get("kwargs", {})),
-                "queue_id": iq.Queue.objects.ensure(
-                    spec.get("queue") or jobs.queue_of(spec["job"]), jobs
-                ).name,
-                "priority": spec.get("priority", iq_settings.DEFAULT_PRIORITY),
-                "is_declared": True,
-            }
+            fields = row_fields(spec, spec.get("queue") or jobs.queue_of(spec["job"]))
+            fields["queue_id"] = iq.Queue.objects.ensure(fields["queue_id"], jobs).name
             row = self.filter(name=name).first()
             if row is None:
                 self.create(name=name, **fields)
                 changed += 1
                 continue
-            # A row ended because its declaration was refused is armed again once it is valid,
-            # even if it is declared as it was before.
-            was_refused = row.ended_at is not None and row.end_reason.startswith(DECLARED_REFUSED)
-            if was_refused or any(getattr(row, key) != value for key, value in fields.items()):
+            was_refused = _was_refused(row)
+            if was_refused or _differs(row, fields):
                 schedule_changed = was_refused or any(
                     getattr(row, key) != fields[key] for key in SCHEDULE_FIELDS
                 )
@@ -164,6 +215,35 @@ class CronJobManager(models.Manager["CronJob"]):
         iq.Entry.objects.filter(cron_job__in=stale, state=EntryState.INITIAL).delete()
         removed = stale.delete()[0]
         return changed, removed, refused
+
+    def declared_drift(self, declared: dict[str, dict[str, Any]], jobs: JobCatalog) -> CronDrift:
+        """How ``declared`` (``DJANGO_IQ["CRON"]`` as this process reads it) differs from the
+        declared cron jobs stored: the leader syncs its own settings, read when it started, so
+        a changed ``CRON`` shows here until a leader (re)starts with it. Declarations
+        ``manage.py check`` refuses are left out: the leader refuses them too."""
+        stored = {row.name: row for row in self.filter(name__in=list(declared))}
+        not_loaded, changed = [], []
+        for name, spec in declared.items():
+            if not isinstance(spec, dict) or "job" not in spec:
+                continue
+            try:
+                validate_declared_schedule(spec)
+            except InvalidSchedule:
+                continue
+            row = stored.get(name)
+            if row is None:
+                not_loaded.append(name)
+                continue
+            try:
+                queue = spec.get("queue") or jobs.queue_of(spec["job"])
+            except JobNotRegistered:
+                queue = row.queue_id
+            if _was_refused(row) or _differs(row, row_fields(spec, queue)):
+                changed.append(name)
+        not_declared = self.filter(is_declared=True).exclude(name__in=list(declared))
+        return CronDrift(
+            sorted(not_loaded), sorted(changed), sorted(not_declared.values_list("name", flat=True))
+        )
 
     def _refuse_declared(self, name: str, now: datetime, reason: str) -> None:
         """End the stored row of a declared cron job whose declaration is refused, removing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -11,8 +12,12 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq import operations
 from django_iq.conf import iq_settings
+from django_iq.exceptions import JobNotRegistered
 from django_iq.management.output import format_time, render_table
+from django_iq.managers.cron import declared_fields
 from django_iq.models import CronJob, DisabledJob, Entry
+from django_iq.registry import catalog
+from django_iq.schedule import describe
 from django_iq.wording import close_names
 
 
@@ -46,6 +51,9 @@ class Command(BaseCommand):
 
     def _list(self, *, as_json: bool) -> None:
         cron_jobs = list(CronJob.objects.order_by("name"))
+        # What DJANGO_IQ["CRON"] declares that the leader has not stored (it syncs the
+        # settings it started with).
+        drift = CronJob.objects.declared_drift(iq_settings.CRON, catalog)
         disabled_jobs = set(
             DisabledJob.objects.filter(job_name__in={c.job_name for c in cron_jobs}).values_list(
                 "job_name", flat=True
@@ -87,9 +95,10 @@ class Command(BaseCommand):
                 }
                 for c in cron_jobs
             ]
-            self.stdout.write(json.dumps({"cron_jobs": rows}, cls=DjangoJSONEncoder, indent=2))
+            document = {"cron_jobs": rows, "settings_differ": asdict(drift)}
+            self.stdout.write(json.dumps(document, cls=DjangoJSONEncoder, indent=2))
             return
-        if not cron_jobs:
+        if not cron_jobs and not drift:
             self.stdout.write('No cron jobs. Declare them in DJANGO_IQ["CRON"] or in the admin.')
             return
         columns = [
@@ -123,7 +132,11 @@ class Command(BaseCommand):
             ]
             for c in cron_jobs
         ]
+        table += [_not_loaded_row(name, iq_settings.CRON[name]) for name in drift.not_loaded]
+        table.sort(key=lambda row: row[0])
         self.stdout.write(render_table(columns, table))
+        for line in drift.lines():
+            self.stdout.write(line)
 
     def _set_enabled(self, cron_jobs: list[CronJob], enabled: bool, verbosity: int) -> None:
         outcome = operations.set_cron_enabled(
@@ -142,6 +155,28 @@ class Command(BaseCommand):
         outcome = operations.run_cron_now(cron_jobs, operations.Actor.of_command("iq_cron"))
         if verbosity:
             self.stdout.write(outcome.message)
+
+
+def _not_loaded_row(name: str, spec: dict[str, Any]) -> list[str]:
+    """A table row for a cron job the settings declare and the leader has not stored yet."""
+    fields = declared_fields(spec)
+    try:
+        queue = spec.get("queue") or catalog.queue_of(spec["job"])
+    except JobNotRegistered:
+        queue = "-"
+    described = describe(fields["schedule"], fields["every_seconds"], fields["run_once_at"])
+    return [
+        name,
+        described,
+        fields["timezone"],
+        spec["job"],
+        queue,
+        "not loaded",
+        "-",
+        "-",
+        "-",
+        "-",
+    ]
 
 
 def _find(names: list[str]) -> list[CronJob]:
