@@ -23,6 +23,7 @@ from django.db.models import Sum
 
 from django_iq.appmodels import iq
 from django_iq.queries import upsert_add
+from django_iq.queries.maintenance import UpsertRows
 
 if TYPE_CHECKING:
     from django_iq.models import JobMinute  # noqa: F401  (the manager's type argument)
@@ -112,6 +113,10 @@ class JobMinuteManager(models.Manager["JobMinute"]):
     def record(self, using: str, tallies: dict[tuple[str, datetime, int], JobTally]) -> None:
         """Add ``tallies`` ((job name, minute, bucket) -> counts) to the per-minute rows on
         ``using``; the caller holds the transaction."""
+        upsert_add(using, *self.rows_of(tallies))
+
+    def rows_of(self, tallies: dict[tuple[str, datetime, int], JobTally]) -> UpsertRows:
+        """``tallies`` as the rows to add (``upsert_add_all``)."""
         rows = [
             {
                 "job_name": job,
@@ -122,7 +127,7 @@ class JobMinuteManager(models.Manager["JobMinute"]):
             }
             for (job, minute, bucket), t in tallies.items()
         ]
-        upsert_add(using, iq.JobMinute, ["job_name", "minute", "bucket"], rows)
+        return iq.JobMinute, ["job_name", "minute", "bucket"], rows
 
     def last_hour(self, now: datetime) -> list[JobStats]:
         """Each job with runs that ended in the last hour at ``now``, by name. One query."""

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import models, router, transaction
+from django.db import connections, models, router, transaction
 from django.db.models import Max, Q, Sum
 
 from django_iq.appmodels import iq
 from django_iq.managers.jobstats import JobTally
-from django_iq.queries import upsert_add
+from django_iq.queries import upsert_add_all
+from django_iq.queries.maintenance import UpsertRows
 
 if TYPE_CHECKING:
     from django_iq.models import QueueMinute, QueueTotal  # noqa: F401  (the managers' type arguments)
@@ -74,13 +75,20 @@ class QueueMinuteManager(models.Manager["QueueMinute"]):
             row["merged"] += tally.merged
             for name, count in zip(BUCKET_FIELDS, tally.buckets, strict=False):
                 row[name] += count
+        tables: list[UpsertRows] = [
+            (iq.QueueMinute, ["queue", "minute"], minutes),
+            (iq.QueueTotal, ["queue"], list(totals.values())),
+            iq.JobMinute.objects.rows_of(jobs or {}),
+            iq.QueueLatencyMinute.objects.rows_of(latencies or {}),
+        ]
+        # Every worker adds to the same rows (this minute of a queue, its totals): on
+        # PostgreSQL one statement that commits by itself holds their locks only while it
+        # runs, so flushes of many workers do not queue behind each other's round trips.
+        if connections[db].vendor == "postgresql" and not connections[db].in_atomic_block:
+            upsert_add_all(db, tables)
+            return
         with transaction.atomic(using=db):
-            upsert_add(db, iq.QueueMinute, ["queue", "minute"], minutes)
-            upsert_add(db, iq.QueueTotal, ["queue"], list(totals.values()))
-            if jobs:
-                iq.JobMinute.objects.record(db, jobs)
-            if latencies:
-                iq.QueueLatencyMinute.objects.record(db, latencies)
+            upsert_add_all(db, tables)
 
     def per_minute(self, start: datetime) -> dict[datetime, dict[str, int]]:
         """Done and failed per minute over all queues since ``start``."""

@@ -21,6 +21,7 @@ from django.db.models import Sum
 from django_iq.appmodels import iq
 from django_iq.managers.jobstats import QUANTILES, quantile
 from django_iq.queries import upsert_add
+from django_iq.queries.maintenance import UpsertRows
 
 if TYPE_CHECKING:
     from django_iq.managers.queues import QueueStats
@@ -71,11 +72,15 @@ class QueueLatencyMinuteManager(_MinuteRows["QueueLatencyMinute"]):
     def record(self, using: str, tallies: dict[LatencyKey, int]) -> None:
         """Add ``tallies`` ((queue, minute, bucket) -> starts) to the rows on ``using``; the
         caller holds the transaction."""
+        upsert_add(using, *self.rows_of(tallies))
+
+    def rows_of(self, tallies: dict[LatencyKey, int]) -> UpsertRows:
+        """``tallies`` as the rows to add (``upsert_add_all``)."""
         rows = [
             {"queue": queue, "minute": minute, "bucket": bucket, "starts": starts}
             for (queue, minute, bucket), starts in tallies.items()
         ]
-        upsert_add(using, iq.QueueLatencyMinute, ["queue", "minute", "bucket"], rows)
+        return iq.QueueLatencyMinute, ["queue", "minute", "bucket"], rows
 
     def over(self, start: datetime, end: datetime) -> LatencyPoint:
         """The quantiles of every latency counted from minute ``start`` to minute ``end``, over

@@ -51,6 +51,7 @@ from django_iq.queries.maintenance import (
     estimated_row_count,
     snapshot_reads,
     upsert_add,
+    upsert_add_all,
     vacuum,
 )
 from django_iq.queries.sessions import (
@@ -118,5 +119,6 @@ __all__ = [
     "supports_single_statement_enqueue",
     "take_unique_key",
     "upsert_add",
+    "upsert_add_all",
     "vacuum",
 ]

@@ -31,6 +31,10 @@ _UPSERT_ADD_BY_VENDOR = {
 }
 
 
+# (model, key fields, rows): the rows to add to one table, as upsert_add takes them.
+UpsertRows = tuple[Any, Sequence[str], Sequence[dict[str, Any]]]
+
+
 def upsert_add(using: str, model: Any, keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
     """For each row, insert it, or add its non-key values to the existing row with its keys.
 
@@ -38,6 +42,39 @@ def upsert_add(using: str, model: Any, keys: Sequence[str], rows: Sequence[dict[
     """
     if not rows:
         return
+    sql, params = _upsert_add_sql(using, model, keys, rows)
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def upsert_add_all(using: str, tables: Sequence[UpsertRows]) -> None:
+    """``upsert_add`` of several tables, always in the order given, so that writers adding to
+    the same rows cannot deadlock. PostgreSQL: one statement (each table's upsert a ``WITH``
+    part): rows every worker adds to (this minute's counts of a queue) are locked only while
+    the statement runs, never across the writer's round trips; elsewhere one per table.
+    Outside a transaction the statement commits by itself; the caller of several statements
+    holds the transaction."""
+    tables = [table for table in tables if table[2]]
+    if not tables:
+        return
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        for model, keys, rows in tables:
+            upsert_add(using, model, keys, rows)
+        return
+    parts: list[str] = []
+    params: list[Any] = []
+    for model, keys, rows in tables:
+        sql, values = _upsert_add_sql(using, model, keys, rows)
+        parts.append(f"u{len(parts)} AS ({sql} RETURNING 1)")
+        params.extend(values)
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {', '.join(parts)} SELECT 1", params)
+
+
+def _upsert_add_sql(
+    using: str, model: Any, keys: Sequence[str], rows: Sequence[dict[str, Any]]
+) -> tuple[str, list[Any]]:
     connection = connections[using]
     quote = connection.ops.quote_name
     opts = model._meta
@@ -64,8 +101,7 @@ def upsert_add(using: str, model: Any, keys: Sequence[str], rows: Sequence[dict[
     for row in ordered:
         for name in names:
             params.append(opts.get_field(name).get_db_prep_value(row[name], connection))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    return sql, params
 
 
 # Bound a leader's transaction: the server ends it once left idle (its process paused or hung)

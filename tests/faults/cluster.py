@@ -8,8 +8,15 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from django.db import connection
+
+from tests.processes import ROOT, command_env
 
 
 def _binary(name: str) -> str:
@@ -30,9 +37,13 @@ def _free_port() -> int:
 
 class OwnCluster:
     """``initdb`` in a temporary directory and ``pg_ctl`` on a free port, run as the
-    ``postgres`` user when the suite runs as root (the server refuses to run as root)."""
+    ``postgres`` user when the suite runs as root (the server refuses to run as root).
 
-    def __init__(self) -> None:
+    ``server_settings`` are given to the server at every start (``max_connections=300``), so a
+    restart keeps them."""
+
+    def __init__(self, **server_settings: object) -> None:
+        self.server_settings = server_settings
         self.directory = Path(tempfile.mkdtemp(prefix="iq-faults-pg-"))
         self.data = self.directory / "data"
         self.port = _free_port()
@@ -57,6 +68,8 @@ class OwnCluster:
 
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.directory}"
+        for name, value in self.server_settings.items():
+            options += f" -c {name}={value}"
         self._run(
             _binary("pg_ctl"),
             "-D",
@@ -75,3 +88,38 @@ class OwnCluster:
     def remove(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def run_python(url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python <args>`` with the test settings against ``url``, to completion."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=command_env(DATABASE_URL=url),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@contextmanager
+def own_database(database: str, **server_settings: object) -> Iterator[tuple[OwnCluster, str]]:
+    """A cluster of the suite's own with ``database`` migrated; the test's own connection reads
+    it while the block runs, then goes back to the test database. Yield the cluster and the
+    database's URL; the cluster is removed afterwards."""
+    own = OwnCluster(**server_settings)
+    try:
+        url = own.create(database)
+        migrate = run_python(url, "-m", "django", "migrate", "--verbosity", "0")
+        assert migrate.returncode == 0, migrate.stderr[-3000:]
+        saved = dict(connection.settings_dict)
+        connection.close()
+        connection.settings_dict.update(HOST="127.0.0.1", PORT=str(own.port), NAME=database)
+        try:
+            yield own, url
+        finally:
+            connection.close()
+            connection.settings_dict.update(saved)
+    finally:
+        own.remove()

@@ -199,11 +199,11 @@ async def overruns_async(token: str, seconds: float) -> str:
     return token
 
 
-def _recorded_run(token: str, seconds: float) -> str:
+def _recorded_run(token: str, seconds: float, group_key: str = "") -> str:
     """Record a run's start (committed at once), host and end, around ``seconds`` of work."""
     host = os.environ.get("DJANGO_IQ_HOST_NAME", "")
     run = RecordedRun.objects.create(
-        token=token, pid=os.getpid(), host=host, started_at=time.time()
+        token=token, group_key=group_key, pid=os.getpid(), host=host, started_at=time.time()
     )
     time.sleep(seconds)  # the job's own work: a run that takes time, for overlap checks
     RecordedRun.objects.filter(pk=run.pk).update(finished_at=time.time())
@@ -225,6 +225,28 @@ def one_at_a_time(token: str, seconds: float = 0.0) -> str:
 def rate_limited(token: str, seconds: float = 0.0) -> str:
     """At most 5 starts in any second, cluster-wide."""
     return _recorded_run(token, seconds)
+
+
+# The fleet scenario's limited jobs (tests/faults/test_fleet.py): recorded like ``recorded``,
+# with the host, and grouped when enqueued with a group key.
+
+
+@job(max_concurrency=4, max_attempts=20)
+def fleet_capped(token: str, group_key: str = "", seconds: float = 0.0) -> str:
+    """At most 4 running in the cluster."""
+    return _recorded_run(token, seconds, group_key)
+
+
+@job(max_concurrency_per_node=1, max_attempts=20)
+def fleet_per_node(token: str, group_key: str = "", seconds: float = 0.0) -> str:
+    """At most 1 running per node."""
+    return _recorded_run(token, seconds, group_key)
+
+
+@job(rate_limit="100/s", max_attempts=20)
+def fleet_rated(token: str, group_key: str = "", seconds: float = 0.0) -> str:
+    """At most 100 starts in any second, cluster-wide."""
+    return _recorded_run(token, seconds, group_key)
 
 
 @job(max_attempts=1)

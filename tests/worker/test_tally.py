@@ -63,3 +63,25 @@ def test_a_failed_flush_keeps_the_counts_and_merges_new_ones() -> None:
     assert tally.flush() == 2
     row = QueueMinute.objects.get(queue="default", minute=MINUTE)
     assert (row.done, row.failed) == (1, 1)
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_on_postgresql_is_one_statement_that_commits_by_itself() -> None:
+    """Every worker adds to the same rows (this minute of a queue, its totals): a flush holds
+    their locks only while its one statement runs, never across the worker's round trips."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_iq.models import JobMinute, QueueLatencyMinute
+
+    tally = Tally()
+    tally.add("default", "tests.testapp.jobs.noop", 0.005, ok=True, now=MINUTE)
+    tally.add_start("default", MINUTE, 0.002)
+    with CaptureQueriesContext(connection) as queries:
+        assert tally.flush() == 1
+    assert len(queries) == 1, [q["sql"][:80] for q in queries]
+    assert QueueMinute.objects.get(queue="default").done == 1
+    assert QueueTotal.objects.get(queue="default").done == 1
+    assert JobMinute.objects.get(job_name="tests.testapp.jobs.noop").runs == 1
+    assert QueueLatencyMinute.objects.get(queue="default").starts == 1
