@@ -299,7 +299,8 @@ class _TaskCatalog(RegisteredJobs):
 class IQBackend(BaseTaskBackend):
     """Run Django Tasks on django_iq: ``TASKS = {"default": {"BACKEND":
     "django_iq.backends.IQBackend"}}``. Tasks may use the queues of the backend's ``QUEUES``
-    when given, else those configured in ``DJANGO_IQ`` and the framework's default queue
+    when given, any queue when ``QUEUES`` is ``[]`` (the framework then checks no queue name),
+    else those configured in ``DJANGO_IQ`` and the framework's default queue
     (``django_iq.tasks_options``). ``OPTIONS["max_attempts"]`` (default 1) is how often a task
     that names no ``max_attempts`` is tried."""
 
@@ -313,7 +314,9 @@ class IQBackend(BaseTaskBackend):
         super().__init__(alias, params)
         # No QUEUES key: the framework's check is off; validate_task checks the configured
         # queues instead, read when each task is checked (settings may change in tests).
+        # QUEUES = []: the framework's check is off and so is ours: any queue, created on use.
         self.queues = set(params["QUEUES"]) if "QUEUES" in params else set()
+        self.any_queue = "QUEUES" in params and not params["QUEUES"]
         self.catalog = _TaskCatalog(self.queues)
 
     @property
@@ -325,7 +328,7 @@ class IQBackend(BaseTaskBackend):
     def validate_task(self, task: Task) -> None:
         """Raise ``InvalidTask`` for what the framework refuses, a queue that is not configured
         (nothing is declared by a task naming it) and invalid django_iq options."""
-        problem = queue_problem(self.alias, task.queue_name, self.queues)
+        problem = queue_problem(self.alias, task.queue_name, self.queues, any_queue=self.any_queue)
         if problem is not None:
             raise InvalidTask(problem)
         super().validate_task(task)
@@ -348,7 +351,7 @@ class IQBackend(BaseTaskBackend):
                 job.name,
                 [(args, kwargs)],
                 _options(task, self),
-                jobs=self.catalog,
+                jobs=_TaskCatalog({task.queue_name}) if self.any_queue else self.catalog,
                 result_ids=[result_id],
             )
         except IQError as exc:

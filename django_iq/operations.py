@@ -24,7 +24,7 @@ from django.db import router, transaction
 from django.http import HttpRequest
 
 from django_iq import compaction
-from django_iq.exceptions import QueueNotFound
+from django_iq.exceptions import JobNotRegistered, QueueNotFound
 from django_iq.models import (
     ApiToken,
     CronJob,
@@ -34,7 +34,7 @@ from django_iq.models import (
     OperatorAction,
     Queue,
 )
-from django_iq.registry import catalog
+from django_iq.registry import catalog, get_job
 from django_iq.states import EntryState
 from django_iq.wording import plural
 
@@ -372,6 +372,19 @@ def compact(
 
 
 # -- jobs ------------------------------------------------------------------------------------
+
+
+def unknown_job(name: str, *, enabling: bool = False) -> str | None:
+    """Why ``name`` names no job to disable (or enable), with a close registered name when
+    there is one; None when it does. A job removed from the code may still be disabled:
+    enabling it stays possible."""
+    if enabling and DisabledJob.objects.filter(job_name=name).exists():
+        return None
+    try:
+        get_job(name)
+    except JobNotRegistered as exc:
+        return str(exc)
+    return None
 
 
 def disable(job_names: Iterable[str], actor: Actor) -> Outcome:

@@ -17,6 +17,7 @@ from django_iq import signals
 from django_iq.acks import Ack, AckWriter
 from django_iq.conf import iq_settings
 from django_iq.dbconn import is_transient, refresh_connections, with_db_retry
+from django_iq.disabled_jobs import DisabledJobs
 from django_iq.exceptions import (
     InvalidJobArguments,
     JobNotRegistered,
@@ -106,17 +107,26 @@ class Processor:
     the lock up.
     """
 
-    def __init__(self, worker_name: str, acks: AckWriter, watchdog: Watchdog | None = None) -> None:
+    def __init__(
+        self,
+        worker_name: str,
+        acks: AckWriter,
+        watchdog: Watchdog | None = None,
+        disabled: DisabledJobs | None = None,
+    ) -> None:
         self.worker_name = worker_name
         self.acks = acks
         # Times runs out; without one (or with no timeout for an entry) runs are not timed.
         self.watchdog = watchdog
+        # Entries of a job disabled since the claim are handed back, not started.
+        self.disabled = disabled
 
     def run_claim(self, claim: Claim, should_stop: Callable[[], bool]) -> ClaimResult:
         """Run the claim's entries in order; the last outcome written also deletes the lock.
 
         If ``should_stop()`` turns true between entries, the rest are left pending and the lock
-        is released, so another worker takes them.
+        is released, so another worker takes them. So are they, from the first, when the next
+        entry's job was disabled since the claim (no attempt counted): enabled, it runs again.
         """
         result = ClaimResult()
         written: list[Ack] = []  # this claim's successes handed to the writer
@@ -124,11 +134,19 @@ class Processor:
             if self.watchdog is not None and self.watchdog.fenced:
                 result.fenced = True
                 break
-            if index and should_stop():
+            disabled = self.disabled is not None and entry.job_name in self.disabled.names()
+            if disabled or (index and should_stop()):
                 # The lock covers the successes still being written: they go first.
                 self.acks.wait_for(written)
                 with_db_retry(lambda: GroupLock.objects.release([claim.lock_id]), "release")
                 result.released = len(claim.entries) - index
+                if disabled:
+                    logger.info(
+                        "claim lock=%s handed back unstarted: job %s is disabled entries=%s",
+                        claim.lock_id,
+                        entry.job_name,
+                        result.released,
+                    )
                 break
             last = index == len(claim.entries) - 1
             if index:

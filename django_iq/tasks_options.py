@@ -1,7 +1,7 @@
 """What ``IQBackend`` takes from its ``TASKS`` entry and from settings, checked in one place:
 the attempts a task gets when it names none (``OPTIONS["max_attempts"]``, else one, as on the
 framework's own backends) and the queues its tasks may name (the backend's ``QUEUES``, else the
-queues configured in ``DJANGO_IQ`` and the framework's default queue)."""
+queues configured in ``DJANGO_IQ`` and the framework's default queue; any queue when the backend's ``QUEUES`` is ``[]``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from django_iq.wording import close_names
 BACKEND_OPTIONS = ("max_attempts",)
 # The framework runs a task once; so does IQBackend, unless OPTIONS or the task say otherwise.
 DEFAULT_TASK_MAX_ATTEMPTS = 1
+# Queue.name's length: the longest name a task may give when the backend allows any queue.
+QUEUE_NAME_MAX_LENGTH = 100
 
 
 def option_problems(alias: str, options: Any) -> list[str]:
@@ -61,11 +63,21 @@ def task_queues(backend_queues: Iterable[str]) -> set[str]:
     return listed or {*settings_queues(), DEFAULT_TASK_QUEUE_NAME}
 
 
-def queue_problem(alias: str, name: str, backend_queues: Iterable[str]) -> str | None:
+def queue_problem(
+    alias: str, name: str, backend_queues: Iterable[str], *, any_queue: bool = False
+) -> str | None:
     """Why tasks of backend ``alias`` cannot use queue ``name``, in the framework's words first;
-    None when they can."""
+    None when they can. ``any_queue`` (the backend's ``QUEUES`` is ``[]``, which turns the
+    framework's check off) allows every name a queue can have."""
     if not isinstance(name, str):
         return f"queue_name must be a string, got {type(name).__name__} {name!r:.80}."
+    if any_queue:
+        if not 0 < len(name) <= QUEUE_NAME_MAX_LENGTH:
+            return (
+                f"queue_name must be 1 to {QUEUE_NAME_MAX_LENGTH} characters, "
+                f"got {len(name)}: {name!r:.80}."
+            )
+        return None
     listed = set(backend_queues)
     allowed = task_queues(listed)
     if name in allowed:

@@ -21,6 +21,7 @@ from django_iq.dbconn import (
     refresh_connections,
     with_db_retry,
 )
+from django_iq.disabled_jobs import DisabledJobs
 from django_iq.fencing import fence_after_seconds, fence_grace_seconds, fence_leaves_margin
 from django_iq.governor import Decision, ResourceGovernor
 from django_iq.managers import Claim
@@ -104,6 +105,8 @@ class WorkerProcess(IQProcess):
         self.picker = QueuePicker()
         self.tally = Tally()
         self.handover: queue_module.Queue[Claim | None] = queue_module.Queue()
+        # Read before each start: a claim of a job disabled after it was taken is handed back.
+        self.disabled_jobs = DisabledJobs()
         # Heartbeats go on through a graceful stop, until the worker marks itself stopped:
         # jobs finishing within the grace period must not look like a dead worker's.
         self._heartbeats_end = threading.Event()
@@ -612,7 +615,7 @@ class WorkerProcess(IQProcess):
             return not self._held
 
     def _processing_loop(self) -> None:
-        processor = Processor(self.name, self.acks, self.watchdog)
+        processor = Processor(self.name, self.acks, self.watchdog, self.disabled_jobs)
         try:
             while True:
                 try:

@@ -46,6 +46,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "acks",
             "compaction",
+            "disabled_jobs",
             "duties",
             "inline",
             "leader",

@@ -42,6 +42,8 @@ class Operation:
 
 ENTRY_ID = {"entry_id": {"type": "integer", "minimum": 1}}
 QUEUE_NAME = {"name": {"type": "string"}}
+JOB_NAME = {"name": {"type": "string", "description": "A dotted job name: shop.jobs.send_receipt."}}
+NOT_FOUND_JOB = ("No registered job of this name (a close name is suggested).", "Error")
 NOT_FOUND_ENTRY = ("No entry with this id: finished, failed for good or cancelled.", "Error")
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -218,6 +220,29 @@ OPERATIONS: tuple[Operation, ...] = (
         permissions=(permissions.PAUSE,),
     ),
     Operation(
+        "/jobs/{name}/disable/",
+        "post",
+        "disableJob",
+        "Disable a job",
+        {200: ("Disabled.", "JobChange"), 404: NOT_FOUND_JOB},
+        "Its waiting entries, and any enqueued later, are not claimed until it is enabled; "
+        "running ones finish, and claimed ones not yet started are handed back.",
+        path_parameters=JOB_NAME,
+        permissions=(permissions.CHANGE_ENTRY,),
+    ),
+    Operation(
+        "/jobs/{name}/enable/",
+        "post",
+        "enableJob",
+        "Enable a job",
+        {
+            200: ("Enabled: its entries wait or run by their own run_at.", "JobChange"),
+            404: ("Neither a registered job nor a disabled one.", "Error"),
+        },
+        path_parameters=JOB_NAME,
+        permissions=(permissions.CHANGE_ENTRY,),
+    ),
+    Operation(
         "/openapi.json",
         "get",
         "getOpenAPI",
@@ -311,7 +336,7 @@ def document(request: HttpRequest | None = None) -> dict[str, Any]:
             "title": "django_iq management API",
             "version": __version__,
             "description": "Inspect, count and cancel entries, requeue failures, read queue "
-            'and job statistics and pause or resume queues. JSON; errors are {"error": "..."}. '
+            'and job statistics, pause or resume queues and disable or enable jobs. JSON; errors are {"error": "..."}. '
             "Staff users authenticate with an API token (Authorization: Bearer <token>) or "
             "Django's session; with the session, POST and DELETE also need the CSRF token (any "
             "GET of the API sets the csrftoken cookie). Each operation needs the permissions "

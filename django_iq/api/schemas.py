@@ -364,5 +364,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "message": MESSAGE,
         }
     ),
+    "JobChange": closed_object(
+        {
+            "job": {"type": "string"},
+            "is_disabled": {"type": "boolean"},
+            "changed": {"type": "boolean", "description": "False if it already was."},
+            "message": MESSAGE,
+        }
+    ),
     "OpenAPI": {"type": "object", "description": "This document."},
 }

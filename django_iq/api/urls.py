@@ -27,6 +27,8 @@ urlpatterns = [
     *route("errors/requeue/", views.error_requeue, "error-requeue"),
     *route("errors/<int:error_id>/", views.error, "error"),
     *route("jobs/stats/", views.job_stats, "job-stats"),
+    *route("jobs/<path:name>/disable/", views.job_disable, "job-disable"),
+    *route("jobs/<path:name>/enable/", views.job_enable, "job-enable"),
     *route("outcomes/", views.outcome_list, "outcome-list"),
     *route("queues/", views.queue_list, "queue-list"),
     *route("queues/<path:name>/pause/", views.queue_pause, "queue-pause"),

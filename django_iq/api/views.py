@@ -52,6 +52,7 @@ from django_iq.api.serializers import (
 )
 from django_iq.managers.jobstats import window_start
 from django_iq.models import (
+    DisabledJob,
     Entry,
     EntryError,
     GroupLock,
@@ -377,6 +378,43 @@ def _set_paused(request: HttpRequest, name: str, *, paused: bool) -> HttpRespons
         {
             "queue": name,
             "is_paused": paused,
+            "changed": bool(outcome.done),
+            "message": outcome.message,
+        }
+    )
+
+
+@endpoint(POST=(permissions.CHANGE_ENTRY,))
+def job_disable(request: HttpRequest, name: str) -> HttpResponseBase:
+    """Stop claiming a job's entries, waiting ones and any enqueued later; running ones finish."""
+    return _set_disabled(request, name, disabled=True)
+
+
+@endpoint(POST=(permissions.CHANGE_ENTRY,))
+def job_enable(request: HttpRequest, name: str) -> HttpResponseBase:
+    """Claim a disabled job's entries again."""
+    return _set_disabled(request, name, disabled=False)
+
+
+def _set_disabled(request: HttpRequest, name: str, *, disabled: bool) -> HttpResponseBase:
+    parse_query(request.GET, ())
+    problem = operations.unknown_job(name, enabling=not disabled)
+    if problem is not None:
+        raise ApiError(404, problem)
+    act = operations.disable if disabled else operations.enable
+    with transaction.atomic():
+        before = list(DisabledJob.objects.filter(job_name=name))
+        outcome = act([name], _actor(request))
+        if outcome.done:
+            # The admin log names the job by its DisabledJob row: added, or deleted.
+            rows = list(DisabledJob.objects.filter(job_name=name)) if disabled else before
+            verb = "Disabled" if disabled else "Enabled"
+            action: Action = "addition" if disabled else "deletion"
+            _log(request, rows, action, f"{verb} through the django_iq API.")
+    return JsonResponse(
+        {
+            "job": name,
+            "is_disabled": disabled,
             "changed": bool(outcome.done),
             "message": outcome.message,
         }

@@ -16,7 +16,16 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_iq.api.endpoint import MAX_IDS
-from django_iq.models import ApiToken, Entry, EntryError, OperatorAction, Queue, Worker
+from django_iq.models import (
+    ApiToken,
+    DisabledJob,
+    Entry,
+    EntryError,
+    OperatorAction,
+    Queue,
+    Worker,
+)
+from django_iq.states import EntryState
 from tests.factories import (
     EntryErrorFactory,
     EntryFactory,
@@ -28,9 +37,11 @@ from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db
 
+JOB = record.name
+
 # The view permissions of the API's reads, and the permissions of its actions.
 VIEWS = ("view_entry", "view_entryerror", "view_queue", "view_runoutcome", "view_worker")
-ACTIONS = ("cancel_entry", "requeue_entryerror", "pause_queue")
+ACTIONS = ("cancel_entry", "requeue_entryerror", "pause_queue", "change_entry")
 PERMISSIONS = VIEWS + ACTIONS
 
 
@@ -113,6 +124,8 @@ def endpoints() -> list[tuple[str, str, Any]]:
         ("get", url("job-stats"), None),
         ("post", url("queue-pause", "default"), {}),
         ("post", url("queue-resume", "default"), {}),
+        ("post", url("job-disable", JOB), {}),
+        ("post", url("job-enable", JOB), {}),
         ("get", url("openapi"), None),
     ]
 
@@ -159,6 +172,8 @@ def test_users_who_are_not_staff_are_refused_with_403_json(
         ("post", "error-requeue", {"ids": []}, "django_iq.requeue_entryerror"),
         ("post", "queue-pause", {}, "django_iq.pause_queue"),
         ("post", "queue-resume", {}, "django_iq.pause_queue"),
+        ("post", "job-disable", {}, "django_iq.change_entry"),
+        ("post", "job-enable", {}, "django_iq.change_entry"),
     ],
 )
 def test_staff_without_the_permission_cannot_change_anything(
@@ -167,7 +182,15 @@ def test_staff_without_the_permission_cannot_change_anything(
     queue = QueueFactory(name="default", is_paused=name == "queue-resume")
     entry = EntryFactory(queue=queue)
     error = EntryErrorFactory(queue=queue)
-    args = {"entry": (entry.pk,), "queue-pause": ("default",), "queue-resume": ("default",)}
+    if name == "job-enable":
+        DisabledJob.objects.create(job_name=JOB)
+    args = {
+        "entry": (entry.pk,),
+        "queue-pause": ("default",),
+        "queue-resume": ("default",),
+        "job-disable": (JOB,),
+        "job-enable": (JOB,),
+    }
     body = {"ids": [error.pk if name == "error-requeue" else entry.pk]} if body else body
 
     response = call(staff, method, url(name, *args.get(name, ())), body)
@@ -177,6 +200,8 @@ def test_staff_without_the_permission_cannot_change_anything(
     assert Entry.objects.filter(pk=entry.pk).exists()
     assert Entry.objects.count() == 1, "a requeue would have added an entry"
     assert Queue.objects.get(name="default").is_paused is (name == "queue-resume")
+    assert DisabledJob.objects.filter(job_name=JOB).exists() is (name == "job-enable")
+    assert not OperatorAction.objects.exists()
     assert not LogEntry.objects.exists()
 
 
@@ -769,6 +794,78 @@ def test_a_queue_name_with_a_slash_can_be_paused(operator: Api) -> None:
     response = operator.post(url("queue-pause", "tenant/a"), {})
 
     assert response.json()["changed"] is True and response.json()["queue"] == "tenant/a"
+
+
+# -- jobs: disable and enable -----------------------------------------------------------------
+
+
+def test_disable_then_enable_a_job_through_the_api_with_an_audit_record_each() -> None:
+    api = Api(make_user("ops", perms=("change_entry",)))  # change_entry alone is enough
+    waiting = EntryFactory(job_name=JOB)
+
+    disabled = api.post(url("job-disable", JOB), {})
+    again = api.post(url("job-disable", JOB), {})
+    assert Entry.objects.get(pk=waiting.pk).state == EntryState.DISABLED
+    enabled = api.post(url("job-enable", JOB), {})
+    enabled_again = api.post(url("job-enable", JOB), {})
+
+    assert disabled.json() == {
+        "job": JOB,
+        "is_disabled": True,
+        "changed": True,
+        "message": f"Disabled 1 job: {JOB} (1 entry).",
+    }
+    assert again.json() == {
+        "job": JOB,
+        "is_disabled": True,
+        "changed": False,
+        "message": f"Disabled 0 jobs. Skipped 1, already disabled: {JOB} (0 entries).",
+    }
+    assert enabled.json() == {
+        "job": JOB,
+        "is_disabled": False,
+        "changed": True,
+        "message": f"Enabled 1 job: {JOB} (1 entry).",
+    }
+    assert enabled_again.json()["changed"] is False
+    assert Entry.objects.get(pk=waiting.pk).state == EntryState.PENDING
+    assert not DisabledJob.objects.exists()
+    assert list(LogEntry.objects.order_by("pk").values_list("change_message", "object_repr")) == [
+        ("Disabled through the django_iq API.", f"{JOB} (disabled)"),
+        ("Enabled through the django_iq API.", f"{JOB} (disabled)"),
+    ]
+    assert list(
+        OperatorAction.objects.order_by("pk").values_list("door", "actor", "action", "done")
+    ) == [
+        ("api", "ops", "disable", 1),
+        ("api", "ops", "disable", 0),
+        ("api", "ops", "enable", 1),
+        ("api", "ops", "enable", 0),
+    ]
+
+
+@pytest.mark.parametrize("action", ["job-disable", "job-enable"])
+def test_an_unknown_job_is_a_404_naming_the_close_registered_one(
+    operator: Api, action: str
+) -> None:
+    response = operator.post(url(action, "tests.testapp.jobs.recrd"), {})
+
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error.startswith("'tests.testapp.jobs.recrd' is not a registered job."), error
+    assert f"Did you mean '{JOB}'?" in error
+    assert not DisabledJob.objects.exists() and not OperatorAction.objects.exists()
+
+
+def test_a_job_gone_from_the_code_but_still_disabled_can_be_enabled(operator: Api) -> None:
+    DisabledJob.objects.create(job_name="shop.jobs.removed")
+
+    refused = operator.post(url("job-disable", "shop.jobs.gone"), {})
+    enabled = operator.post(url("job-enable", "shop.jobs.removed"), {})
+
+    assert refused.status_code == 404
+    assert enabled.status_code == 200 and enabled.json()["changed"] is True
+    assert not DisabledJob.objects.exists()
 
 
 # -- metrics, routed next to the API ----------------------------------------------------------

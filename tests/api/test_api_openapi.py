@@ -24,6 +24,7 @@ from tests.factories import (
     RunOutcomeFactory,
     WorkerFactory,
 )
+from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db
 
@@ -263,6 +264,9 @@ def test_every_answer_matches_its_documented_schema(doc: dict[str, Any]) -> None
     for action in ("pause", "resume"):
         send(f"/queues/{{name}}/{action}/", "post", f"/queues/emails/{action}/")
         send(f"/queues/{{name}}/{action}/", "post", f"/queues/nope/{action}/")
+    for action in ("disable", "enable"):
+        send(f"/jobs/{{name}}/{action}/", "post", f"/jobs/{record.name}/{action}/")
+        send(f"/jobs/{{name}}/{action}/", "post", f"/jobs/shop.jobs.nope/{action}/")
     seen.check("/queues/", "get", operator.delete("/iq/api/queues/"))  # 405
     seen.check("/queues/", "get", Api(None).get("/iq/api/queues/"))
     seen.check("/queues/", "get", Api(make_user("customer", is_staff=False)).get("/iq/api/queues/"))

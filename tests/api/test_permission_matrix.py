@@ -16,8 +16,9 @@ from django.urls import reverse
 
 from django_iq.api.endpoint import Endpoint
 from django_iq.api.urls import urlpatterns
-from django_iq.models import ApiToken, Entry, Queue
+from django_iq.models import ApiToken, DisabledJob, Entry, Queue
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory
+from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db
 
@@ -107,7 +108,7 @@ def request(row: Row, client: Client, headers: dict[str, str], ids: dict[str, An
         return client.post(path, data, headers=headers)
     if row.method == "POST":
         body = {"ids": [ids["error_id"] if "requeue" in path else ids["id"]]}
-        body = {} if "/queues/" in path else body
+        body = {} if "/queues/" in path or "/jobs/" in path else body
         return client.post(path, body, content_type="application/json", headers=headers)
     return client.generic(row.method, path, headers=headers)
 
@@ -124,6 +125,10 @@ def test_each_door_answers_each_caller_as_the_security_page_says(row: Row, kind:
     entry = EntryFactory(queue=queue)
     error = EntryErrorFactory(queue=queue)
     ids = {"id": entry.pk, "error_id": error.pk, "name": "default"}
+    if row.path.startswith("/iq/api/jobs/{name}/"):
+        ids["name"] = record.name
+        if row.path.endswith("/enable/"):
+            DisabledJob.objects.create(job_name=record.name)
     if "/errors/{id}/" in row.path:
         ids["id"] = error.pk
     client, headers = caller(kind)
@@ -150,6 +155,9 @@ def test_each_door_answers_each_caller_as_the_security_page_says(row: Row, kind:
             assert response["WWW-Authenticate"].startswith("Bearer"), where
     if row.method == "POST" and row.path.startswith("/iq/api/queues/") and expected != "200":
         assert Queue.objects.get(name="default").is_paused is row.path.endswith("/resume/")
+    if row.method == "POST" and row.path.startswith("/iq/api/jobs/") and expected != "200":
+        disabled = DisabledJob.objects.filter(job_name=record.name).exists()
+        assert disabled is row.path.endswith("/enable/"), where
 
 
 def test_the_matrix_names_every_api_route_and_the_permissions_each_needs() -> None:

@@ -211,6 +211,20 @@ def test_the_backends_queues_are_the_valid_ones_when_given() -> None:
     assert tasks.add.get_result(result.id).return_value == 4
 
 
+@backend_with(QUEUES=[])
+def test_an_empty_queues_list_lets_tasks_use_any_queue() -> None:
+    result = tasks.add.using(queue_name="anywhere").enqueue(2, 3)
+
+    assert Entry.objects.get().queue_id == "anywhere"
+    assert Queue.objects.filter(name="anywhere").exists()
+    assert "anywhere" not in declared_queues()
+    drain()
+    assert tasks.add.get_result(result.id).return_value == 5
+    with pytest.raises(InvalidTask, match="queue_name must be 1 to 100 characters, got 101"):
+        tasks.add.using(queue_name="q" * 101)
+    assert Entry.objects.count() == 0
+
+
 def test_a_stored_result_keeps_its_queue_after_the_queue_leaves_the_settings() -> None:
     result = tasks.add.using(queue_name="reports").enqueue(3, 3)
 

@@ -8,8 +8,6 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_iq import operations
-from django_iq.exceptions import JobNotRegistered
-from django_iq.registry import get_job
 
 
 class Command(BaseCommand):
@@ -29,10 +27,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         names = list(dict.fromkeys(options["jobs"]))
         for name in names:
-            try:
-                get_job(name)
-            except JobNotRegistered as exc:
-                raise CommandError(str(exc)) from None
+            problem = operations.unknown_job(name)
+            if problem is not None:
+                raise CommandError(problem)
         outcome = operations.disable(names, operations.Actor.of_command("iq_disable"))
         if options["verbosity"]:
             self.stdout.write(outcome.message)

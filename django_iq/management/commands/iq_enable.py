@@ -8,9 +8,6 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_iq import operations
-from django_iq.exceptions import JobNotRegistered
-from django_iq.models import DisabledJob
-from django_iq.registry import get_job
 
 
 class Command(BaseCommand):
@@ -26,17 +23,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         names = list(dict.fromkeys(options["jobs"]))
-        disabled = set(
-            DisabledJob.objects.filter(job_name__in=names).values_list("job_name", flat=True)
-        )
         for name in names:
-            # A job removed from the code may still be disabled: enabling it must stay possible.
-            if name in disabled:
-                continue
-            try:
-                get_job(name)
-            except JobNotRegistered as exc:
-                raise CommandError(str(exc)) from None
+            # A job removed from the code may still be disabled: enabling it stays possible.
+            problem = operations.unknown_job(name, enabling=True)
+            if problem is not None:
+                raise CommandError(problem)
         outcome = operations.enable(names, operations.Actor.of_command("iq_enable"))
         if options["verbosity"]:
             self.stdout.write(outcome.message)

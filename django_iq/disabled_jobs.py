@@ -1,0 +1,43 @@
+"""The disabled jobs as a worker's processing threads see them: the claim statement skips
+disabled jobs, but a claim taken just before a job was disabled may still wait in the worker's
+hand-over queue. Before starting an entry a thread looks its job up here, read again from
+``DisabledJob`` at most every ``MAX_AGE_SECONDS``, so the drain costs one small read per
+interval, not one per entry."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from django.db import router
+
+from django_iq.models import DisabledJob
+
+# How stale the set may be: a run may still start this long after its job was disabled.
+MAX_AGE_SECONDS = 0.2
+
+
+class DisabledJobs:
+    """The names of the disabled jobs, shared by a worker's processing threads."""
+
+    def __init__(self, max_age: float = MAX_AGE_SECONDS) -> None:
+        self.max_age = max_age
+        self._names: frozenset[str] = frozenset()
+        self._read_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def names(self) -> frozenset[str]:
+        """The disabled jobs as read at most ``max_age`` seconds ago; a database error is
+        raised, as any read of a run's start would."""
+        if time.monotonic() - self._read_at < self.max_age:
+            return self._names
+        with self._lock:
+            if time.monotonic() - self._read_at < self.max_age:  # another thread read it
+                return self._names
+            read_at = time.monotonic()  # before the read: a disable after it is caught next time
+            db = router.db_for_write(DisabledJob)
+            self._names = frozenset(
+                DisabledJob.objects.using(db).values_list("job_name", flat=True)
+            )
+            self._read_at = read_at
+            return self._names
