@@ -98,7 +98,7 @@ def stage(args: argparse.Namespace) -> tuple[float, float, float]:
 
     enqueue_many(noop, [((), {}) for _ in range(args.claims)])
     worker = Worker.objects.register(
-        name="scale-bench",
+        name=f"scale-bench:{os.getpid()}:{time.monotonic_ns()}",  # one row per stage
         role="worker",
         host="bench",
         pid=os.getpid(),
@@ -112,6 +112,7 @@ def stage(args: argparse.Namespace) -> tuple[float, float, float]:
         times.append((time.perf_counter() - begun) * 1000)
         GroupLock.objects.release([claim.lock_id for claim in claims])
     Entry.objects.filter(queue_id="default").delete()
+    Worker.objects.stop(worker)
     times.sort()
     return rate, statistics.median(times), times[int(len(times) * 0.99) - 1]
 

@@ -227,28 +227,6 @@ def rate_limited(token: str, seconds: float = 0.0) -> str:
     return _recorded_run(token, seconds)
 
 
-# The fleet scenario's limited jobs (tests/faults/test_fleet.py): recorded like ``recorded``,
-# with the host, and grouped when enqueued with a group key.
-
-
-@job(max_concurrency=4, max_attempts=20)
-def fleet_capped(token: str, group_key: str = "", seconds: float = 0.0) -> str:
-    """At most 4 running in the cluster."""
-    return _recorded_run(token, seconds, group_key)
-
-
-@job(max_concurrency_per_node=1, max_attempts=20)
-def fleet_per_node(token: str, group_key: str = "", seconds: float = 0.0) -> str:
-    """At most 1 running per node."""
-    return _recorded_run(token, seconds, group_key)
-
-
-@job(rate_limit="100/s", max_attempts=20)
-def fleet_rated(token: str, group_key: str = "", seconds: float = 0.0) -> str:
-    """At most 100 starts in any second, cluster-wide."""
-    return _recorded_run(token, seconds, group_key)
-
-
 @job(max_attempts=1)
 def step(token: str, seconds: float = 0.0, fail: bool = False) -> str:
     """A workflow step: records its run (start, end); with ``fail``, fails for good after."""
