@@ -99,11 +99,11 @@ def test_a_second_flush_adds_to_the_same_rows() -> None:
     assert (row.runs, row.failed, row.bucket) == (2, 2, bucket_of(0.02))
 
 
-def test_a_failed_job_write_rolls_the_queue_counts_back_and_keeps_both_for_the_next_flush() -> None:
+def test_a_failed_write_writes_nothing_and_keeps_the_counts_for_the_next_flush() -> None:
     tally = Tally()
     tally.add("default", FAST, 0.02, ok=True, now=NOW)
     with (
-        mock.patch.object(JobMinute.objects, "record", side_effect=DatabaseError("gone")),
+        mock.patch("django_iq.managers.metrics.upsert_add_all", side_effect=DatabaseError("gone")),
         pytest.raises(DatabaseError),
     ):
         tally.flush()
