@@ -6,12 +6,16 @@ interval, not one per entry."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
-from django.db import router
+from django.db import DatabaseError, router
 
+from django_iq.dbconn import close_idle_connections, refresh_connections
 from django_iq.models import DisabledJob
+
+logger = logging.getLogger(__name__)
 
 # How stale the set may be: a run may still start this long after its job was disabled.
 MAX_AGE_SECONDS = 0.2
@@ -27,8 +31,8 @@ class DisabledJobs:
         self._lock = threading.Lock()
 
     def names(self) -> frozenset[str]:
-        """The disabled jobs as read at most ``max_age`` seconds ago; a database error is
-        raised, as any read of a run's start would."""
+        """The disabled jobs as read at most ``max_age`` seconds ago; after a database error,
+        the set read last (the next call reads again)."""
         if time.monotonic() - self._read_at < self.max_age:
             return self._names
         with self._lock:
@@ -36,8 +40,16 @@ class DisabledJobs:
                 return self._names
             read_at = time.monotonic()  # before the read: a disable after it is caught next time
             db = router.db_for_write(DisabledJob)
-            self._names = frozenset(
-                DisabledJob.objects.using(db).values_list("job_name", flat=True)
-            )
+            try:
+                refresh_connections()
+                self._names = frozenset(
+                    DisabledJob.objects.using(db).values_list("job_name", flat=True)
+                )
+            except DatabaseError as exc:
+                # The queue's own read must never cost a run or the worker: the set read last
+                # stands, and the next start reads again on a fresh connection.
+                logger.warning("could not read the disabled jobs error=%s; reading again", exc)
+                close_idle_connections()
+                return self._names
             self._read_at = read_at
             return self._names

@@ -40,7 +40,8 @@ def test_backends_of_workers_and_leader_terminated_in_rounds(verdicts: list[Verd
         killed += terminate_backends()
         time.sleep(rng.uniform(0.3, 1.0))  # a random moment between faults is the point
     wait_for_all(tokens, timeout=180)
-    assert all(p.poll() is None for p in [*workers, leader]), "every process survived"
+    gone = [(p.poll(), p.output()[-1500:]) for p in [*workers, leader] if p.poll() is not None]
+    assert not gone, f"every process survived: {gone}"
     stop_all([*workers, leader])
     wait_for_no_locks()
 
