@@ -91,7 +91,7 @@ def test_each_kind_of_process_keeps_within_its_session_budget() -> None:
             busy_counts.append(counts)
             for pid in threads:
                 busy_seen[pid] = max(busy_seen[pid], len(counts[pid]))
-            time.sleep(0.1)
+            time.sleep(0.1)  # the sampling interval: every sample is judged, not a condition
         wait_for_all(tokens, timeout=60)
 
         # Idle: nothing to run for a while.

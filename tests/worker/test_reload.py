@@ -149,6 +149,7 @@ def test_a_broken_jobs_module_the_urlconf_imports_waits_for_the_fix(tmp_path: Pa
     module.write("def broken(:\n")
     worker = start(module)
     wait_until(lambda: "failed to start" in worker.output(), 60, message="the failed start")
+    # The reloader looks at the files once a second: let it see the broken version first.
     time.sleep(2.5)
     assert worker.poll() is None, f"the parent waits for a change: {worker.output()[-2000:]}"
 
