@@ -5,6 +5,7 @@ and without waiting through retries."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -179,10 +180,15 @@ def test_check_says_nothing_of_migrations_when_the_database_cannot_be_reached() 
             "(postgresql 127.0.0.1:5432/iq_no_such_database)",
             'database "iq_no_such_database" does not exist',
         ),
-        (
+        pytest.param(
             f"mysql://root@127.0.0.1:{CLOSED_PORT}/iq_first",
             f"(mysql 127.0.0.1:{CLOSED_PORT}/iq_first)",
             "Can't connect to server on '127.0.0.1'",
+            id="mariadb-wrong-port",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("MySQLdb") is None,
+                reason="mysqlclient is not installed in this environment",
+            ),
         ),
     ],
     ids=["postgresql-wrong-port", "postgresql-wrong-name", "mariadb-wrong-port"],
