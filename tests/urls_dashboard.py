@@ -4,7 +4,7 @@ metrics endpoint."""
 from django.contrib import admin
 from django.urls import path
 
-from django_iq.dashboard import dashboard_view
+from django_iq.dashboard.views import dashboard_view
 from django_iq.prometheus import metrics_view
 
 urlpatterns = [

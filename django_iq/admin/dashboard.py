@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
 from django_iq import permissions
-from django_iq.dashboard import dashboard_view
+from django_iq.dashboard.views import dashboard_view
 from django_iq.models import Dashboard
 
 

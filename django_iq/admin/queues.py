@@ -21,8 +21,8 @@ from django.utils.timesince import timesince
 
 from django_iq import operations, permissions
 from django_iq.admin.common import LIST_CSS, admin_actor, cut_column, log_objects, report_outcome
-from django_iq.dashboard import job_stats_view
-from django_iq.dashboard_links import Links
+from django_iq.dashboard.links import Links
+from django_iq.dashboard.views import job_stats_view
 from django_iq.managers import QueueStats
 from django_iq.models import Queue
 from django_iq.snapshot import read_snapshot

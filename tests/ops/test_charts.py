@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import override_settings
 
-from django_iq import charts
+from django_iq.dashboard import charts
 
 NS = {"svg": charts.SVG_NS}
 START = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

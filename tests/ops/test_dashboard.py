@@ -18,8 +18,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_iq.charts import SVG_NS
-from django_iq.dashboard import CHART_MINUTES, REFRESH_SECONDS, dashboard_data, format_age
+from django_iq.dashboard.charts import SVG_NS
+from django_iq.dashboard.views import CHART_MINUTES, REFRESH_SECONDS, dashboard_data, format_age
 from django_iq.managers import QueueTally
 from django_iq.managers.metrics import minute_of
 from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, Worker
@@ -392,7 +392,7 @@ def test_workers_are_listed_live_first_with_their_load() -> None:
 def test_worker_list_is_bounded_and_says_so(
     operator_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("django_iq.dashboard.WORKER_LIMIT", 2)
+    monkeypatch.setattr("django_iq.dashboard.views.WORKER_LIMIT", 2)
     WorkerFactory(name="old-dead", heartbeat_at=timezone.now() - timedelta(hours=2))
     WorkerFactory.create_batch(2)
 

@@ -12,8 +12,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_iq.dashboard import dashboard_data
-from django_iq.dashboard_panels import RUNNING_LIMIT
+from django_iq.dashboard.panels import RUNNING_LIMIT
+from django_iq.dashboard.views import dashboard_data
 from django_iq.models import LeaderLease, Worker
 from tests.conftest import iq_settings_with
 from tests.factories import EntryFactory, WorkerFactory

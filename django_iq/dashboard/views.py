@@ -15,10 +15,11 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
-from django_iq import charts, permissions
+from django_iq import permissions
 from django_iq.alarms import NO_LIVE_WORKER, Alarm
-from django_iq.dashboard_links import Links
-from django_iq.dashboard_panels import (
+from django_iq.dashboard import charts
+from django_iq.dashboard.links import Links
+from django_iq.dashboard.panels import (
     LeaderPanel,
     RunningEntry,
     depth_series,
@@ -27,7 +28,7 @@ from django_iq.dashboard_panels import (
     leader_panel,
     running_entries,
 )
-from django_iq.dashboard_rows import (
+from django_iq.dashboard.rows import (
     Cell,
     QueueRow,
     WorkerRow,

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.safestring import SafeString
 
-from django_iq import charts
-from django_iq.dashboard_links import Links
-from django_iq.dashboard_panels import format_age, format_duration
+from django_iq.dashboard import charts
+from django_iq.dashboard.links import Links
+from django_iq.dashboard.panels import format_age, format_duration
 from django_iq.managers.jobstats import JobStats
 from django_iq.snapshot import QueueView, WorkerView
 from django_iq.states import COUNTED_STATES
