@@ -41,11 +41,11 @@ from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 
 from django_iq import signals
+from django_iq.bounds import exception_class_name
 from django_iq.dbconn import SharedConnection, is_transient, refresh_connections, with_db_retry
 from django_iq.exceptions import JobNotRegistered, OutcomeNotStored
-from django_iq.limits import exception_class_name
 from django_iq.managers import Claim, Success
-from django_iq.managers.records import not_kept, started_at
+from django_iq.managers.outcome_records import not_kept, started_at
 from django_iq.models import Entry
 from django_iq.options import JobOptions
 from django_iq.registry import catalog, get_job

@@ -25,7 +25,7 @@ from typing import Any
 from django.utils import timezone
 
 from django_iq.exceptions import InvalidJobArguments, InvalidJobOptions, LeadershipLost
-from django_iq.grouping import as_kwargs
+from django_iq.group_keys import as_kwargs
 from django_iq.managers.compaction import Compacted, Group
 from django_iq.models import Entry
 from django_iq.registry import Job, get_job, registered_jobs

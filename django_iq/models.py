@@ -13,8 +13,8 @@ from django.db import models
 from django.db.models import BaseConstraint, Q
 from django.utils import timezone
 
+from django_iq.bounds import EARLIEST_RUN_AT, END_REASON_MAX_CHARS, LATEST_RUN_AT
 from django_iq.indexes import PartialIndex
-from django_iq.limits import EARLIEST_RUN_AT, END_REASON_MAX_CHARS, LATEST_RUN_AT
 from django_iq.managers import (
     ApiTokenManager,
     BatchManager,
@@ -159,7 +159,7 @@ class Entry(models.Model):
                 condition=Q(state__in=EntryState.values), name="iq_entry_state_valid"
             ),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="iq_entry_attempts_min"),
-            # What every database reads back (see limits.py): a row written by hand with a
+            # What every database reads back (see bounds.py): a row written by hand with a
             # time outside is refused by the database instead of poisoning every reader.
             models.CheckConstraint(
                 condition=Q(run_at__gte=EARLIEST_RUN_AT) & Q(run_at__lte=LATEST_RUN_AT),

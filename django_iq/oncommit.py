@@ -21,7 +21,7 @@ from django.db import connections, router, transaction
 from django.db.models import Max
 
 from django_iq.conf import iq_settings
-from django_iq.inline import is_running, run_jobs
+from django_iq.inline_runs import is_running, run_jobs
 from django_iq.models import Entry
 
 logger = logging.getLogger(__name__)

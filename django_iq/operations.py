@@ -2,7 +2,7 @@
 run now, requeue and delete failed entries' error records, pause, resume and compact queues,
 disable and enable jobs, run cron jobs now and delete them, issue and revoke API tokens. The
 admin, the API and the ``iq_*`` commands call these functions; each returns an
-``Outcome`` (done, skipped with reasons, not found) worded one way, and writes one
+``ActionResult`` (done, skipped with reasons, not found) worded one way, and writes one
 ``OperatorAction`` audit record in the same transaction, whichever door it came through.
 
 Permissions are checked by the doors (the admin's, the API's and the same permission names);
@@ -81,7 +81,7 @@ class Actor:
 
 
 @dataclass
-class Outcome:
+class ActionResult:
     """What one operator action did, to what."""
 
     action: str
@@ -142,7 +142,7 @@ class Outcome:
         }
 
 
-def _audited(outcome: Outcome, actor: Actor, target: str) -> Outcome:
+def _audited(outcome: ActionResult, actor: Actor, target: str) -> ActionResult:
     """Write the audit record of ``outcome`` (inside the action's transaction) and log it."""
     logger.info(
         "operator action=%s door=%s actor=%s target=%s: %s",
@@ -181,13 +181,13 @@ def _ids(ids: Iterable[T]) -> list[T]:
 # -- entries ---------------------------------------------------------------------------------
 
 
-def cancel(ids: Iterable[int], actor: Actor) -> Outcome:
+def cancel(ids: Iterable[int], actor: Actor) -> ActionResult:
     """Delete these entries, whatever their state, except those a worker is running."""
     wanted = sorted(set(ids))
     with _atomic():
         cancelled, running = Entry.objects.cancel_returning(wanted, catalog)
         done = sorted(entry.pk for entry in cancelled)
-        outcome = Outcome(
+        outcome = ActionResult(
             "cancel",
             "Cancelled",
             ("entry", "entries"),
@@ -199,7 +199,7 @@ def cancel(ids: Iterable[int], actor: Actor) -> Outcome:
         return _audited(outcome, actor, f"entries {_listed(wanted)}")
 
 
-def run_now(ids: Iterable[int], actor: Actor) -> Outcome:
+def run_now(ids: Iterable[int], actor: Actor) -> ActionResult:
     """Make these deferred (``initial``) entries ``pending`` now."""
     wanted = sorted(set(ids))
     with _atomic():
@@ -211,7 +211,7 @@ def run_now(ids: Iterable[int], actor: Actor) -> Outcome:
                 "pk", flat=True
             )
         )
-        outcome = Outcome(
+        outcome = ActionResult(
             "run_now",
             "Made pending now",
             ("entry", "entries"),
@@ -226,7 +226,7 @@ def run_now(ids: Iterable[int], actor: Actor) -> Outcome:
 # -- failed entries --------------------------------------------------------------------------
 
 
-def requeue(error_ids: Iterable[int], actor: Actor) -> Outcome:
+def requeue(error_ids: Iterable[int], actor: Actor) -> ActionResult:
     """A fresh entry for each final, not yet requeued failure among these error records."""
     wanted = sorted(set(error_ids))
     with _atomic():
@@ -241,7 +241,7 @@ def requeue(error_ids: Iterable[int], actor: Actor) -> Outcome:
                 "pk", flat=True
             )
         )
-        outcome = Outcome(
+        outcome = ActionResult(
             "requeue",
             "Requeued",
             ("failed entry", "failed entries"),
@@ -262,7 +262,7 @@ def requeue_matching(
     job: str | None = None,
     exception_class: str | None = None,
     queue: str | None = None,
-) -> Outcome:
+) -> ActionResult:
     """Requeue every failed entry of a job, exception class and/or queue (at least one, or
     ``requeue_all``)."""
     detail = matching_detail(job=job, exception_class=exception_class, queue=queue)
@@ -280,19 +280,19 @@ def matching_detail(
     return f" matching {described}" if described else ""
 
 
-def requeue_all(actor: Actor) -> Outcome:
+def requeue_all(actor: Actor) -> ActionResult:
     """Requeue every failed entry."""
     return _requeue_matching(actor, "", None, None, None)
 
 
 def _requeue_matching(
     actor: Actor, detail: str, job: str | None, exception_class: str | None, queue: str | None
-) -> Outcome:
+) -> ActionResult:
     with _atomic():
         count = EntryError.objects.requeue_matching(
             job_name=job, exception_class=exception_class, queue=queue
         )
-        outcome = Outcome(
+        outcome = ActionResult(
             "requeue",
             "Requeued",
             ("failed entry", "failed entries"),
@@ -305,19 +305,19 @@ def _requeue_matching(
 # -- queues ----------------------------------------------------------------------------------
 
 
-def pause(names: Iterable[str], actor: Actor) -> Outcome:
+def pause(names: Iterable[str], actor: Actor) -> ActionResult:
     """Stop serving these queues; entries already running finish."""
     return _set_paused(_ids(names), actor, paused=True)
 
 
-def resume(names: Iterable[str], actor: Actor) -> Outcome:
+def resume(names: Iterable[str], actor: Actor) -> ActionResult:
     """Serve these queues again."""
     return _set_paused(_ids(names), actor, paused=False)
 
 
-def _set_paused(names: list[str], actor: Actor, *, paused: bool) -> Outcome:
+def _set_paused(names: list[str], actor: Actor, *, paused: bool) -> ActionResult:
     change = Queue.objects.pause if paused else Queue.objects.resume
-    outcome = Outcome(
+    outcome = ActionResult(
         "pause" if paused else "resume", "Paused" if paused else "Resumed", ("queue", "queues")
     )
     with _atomic():
@@ -337,7 +337,7 @@ def _set_paused(names: list[str], actor: Actor, *, paused: bool) -> Outcome:
 
 def compact(
     actor: Actor, *, queues: Iterable[str] | None = None, job: str | None = None
-) -> Outcome:
+) -> ActionResult:
     """Merge the waiting entries of each group of jobs declared with ``merge`` (in these queues
     and/or of this job when given), one bounded pass per queue (``compaction.compact``).
 
@@ -345,7 +345,7 @@ def compact(
     ``merge``; a queue that does not exist is reported as not found."""
     names = _ids(queues) if queues is not None else None
     compaction.merging_jobs(job)  # refuse an unknown job before anything is written
-    outcome = Outcome("compact", "Compacted", ("group", "groups"))
+    outcome = ActionResult("compact", "Compacted", ("group", "groups"))
     merged_away = 0
     with _atomic():
         # A queue declared in settings or by a job may have no row yet (and no entries).
@@ -387,10 +387,10 @@ def unknown_job(name: str, *, enabling: bool = False) -> str | None:
     return None
 
 
-def disable(job_names: Iterable[str], actor: Actor) -> Outcome:
+def disable(job_names: Iterable[str], actor: Actor) -> ActionResult:
     """Disable these jobs: their waiting entries become ``disabled``, and so do new ones."""
     names = _ids(job_names)
-    outcome = Outcome("disable", "Disabled", ("job", "jobs"))
+    outcome = ActionResult("disable", "Disabled", ("job", "jobs"))
     with _atomic():
         already = set(
             DisabledJob.objects.filter(job_name__in=names).values_list("job_name", flat=True)
@@ -406,10 +406,10 @@ def disable(job_names: Iterable[str], actor: Actor) -> Outcome:
         return _audited(outcome, actor, f"jobs {_listed(names)}")
 
 
-def enable(job_names: Iterable[str], actor: Actor) -> Outcome:
+def enable(job_names: Iterable[str], actor: Actor) -> ActionResult:
     """Enable these disabled jobs: their entries wait or run again by their own ``run_at``."""
     names = _ids(job_names)
-    outcome = Outcome("enable", "Enabled", ("job", "jobs"))
+    outcome = ActionResult("enable", "Enabled", ("job", "jobs"))
     with _atomic():
         disabled = set(
             DisabledJob.objects.filter(job_name__in=names).values_list("job_name", flat=True)
@@ -427,10 +427,10 @@ def enable(job_names: Iterable[str], actor: Actor) -> Outcome:
 # -- cron jobs -------------------------------------------------------------------------------
 
 
-def run_cron_now(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
+def run_cron_now(cron_jobs: Iterable[CronJob], actor: Actor) -> ActionResult:
     """Make each cron job's waiting entry ``pending`` now (creating it if needed)."""
     chosen = list(cron_jobs)
-    outcome = Outcome("run_now", "Made pending now", ("cron job", "cron jobs"))
+    outcome = ActionResult("run_now", "Made pending now", ("cron job", "cron jobs"))
     with _atomic():
         for cron_job in chosen:
             if CronJob.objects.run_now(cron_job, catalog):
@@ -440,10 +440,10 @@ def run_cron_now(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
         return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
 
 
-def set_cron_enabled(cron_jobs: Iterable[CronJob], enabled: bool, actor: Actor) -> Outcome:
+def set_cron_enabled(cron_jobs: Iterable[CronJob], enabled: bool, actor: Actor) -> ActionResult:
     """Enable or disable cron jobs; the leader adds or removes their entry on its next pass."""
     chosen = list(cron_jobs)
-    outcome = Outcome(
+    outcome = ActionResult(
         "enable" if enabled else "disable",
         "Enabled" if enabled else "Disabled",
         ("cron job", "cron jobs"),
@@ -460,12 +460,12 @@ def set_cron_enabled(cron_jobs: Iterable[CronJob], enabled: bool, actor: Actor) 
         return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
 
 
-def delete_errors(ids: Iterable[int], actor: Actor) -> Outcome:
+def delete_errors(ids: Iterable[int], actor: Actor) -> ActionResult:
     """Delete these error records; the entries they are about are not touched."""
     wanted = sorted(set(ids))
     with _atomic():
         done = EntryError.objects.delete_records(wanted)
-        outcome = Outcome(
+        outcome = ActionResult(
             "delete",
             "Deleted",
             ("error record", "error records"),
@@ -475,7 +475,7 @@ def delete_errors(ids: Iterable[int], actor: Actor) -> Outcome:
         return _audited(outcome, actor, f"error records {_listed(wanted)}")
 
 
-def delete_cron_jobs(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
+def delete_cron_jobs(cron_jobs: Iterable[CronJob], actor: Actor) -> ActionResult:
     """Delete cron jobs and their entries not running yet (``CronJobManager.remove``); one
     declared in ``DJANGO_IQ["CRON"]`` comes back at the leader's next pass."""
     chosen = list(cron_jobs)
@@ -484,7 +484,7 @@ def delete_cron_jobs(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
             CronJob.objects.filter(pk__in=[c.pk for c in chosen]).values_list("pk", flat=True)
         )
         CronJob.objects.remove([c for c in chosen if c.pk in stored])
-        outcome = Outcome(
+        outcome = ActionResult(
             "delete",
             "Deleted",
             ("cron job", "cron jobs"),
@@ -496,12 +496,12 @@ def delete_cron_jobs(cron_jobs: Iterable[CronJob], actor: Actor) -> Outcome:
 
 def save_cron_job(
     cron_job: CronJob, changed: Iterable[str], actor: Actor, *, created: bool
-) -> Outcome:
+) -> ActionResult:
     """Save a cron job an operator created or edited (only the ``changed`` fields of an edit)
     and re-time its waiting entry when what it is built from changed. Raises
     ``InvalidSchedule`` (writing nothing) for a schedule that cannot be used: not five cron
     fields, no fire time to come, a one-off time outside what a run may be set for."""
-    outcome = Outcome(
+    outcome = ActionResult(
         "add_cron" if created else "edit_cron",
         "Added" if created else "Changed",
         ("cron job", "cron jobs"),
@@ -525,19 +525,21 @@ def issue_token(
     or expiry."""
     with _atomic():
         row, token = ApiToken.objects.issue(user, name, expires_at=expires_at)
-        outcome = Outcome("issue_token", "Issued", ("API token", "API tokens"), done=[str(row)])
+        outcome = ActionResult(
+            "issue_token", "Issued", ("API token", "API tokens"), done=[str(row)]
+        )
         outcome.detail = f" for {user.get_username()}"
         _audited(outcome, actor, f"API token {row.pk}")
         return row, token
 
 
-def revoke_tokens(ids: Iterable[int], actor: Actor) -> Outcome:
+def revoke_tokens(ids: Iterable[int], actor: Actor) -> ActionResult:
     """Revoke these API tokens: each is refused from its next request on."""
     wanted = sorted(set(ids))
     with _atomic():
         labels = {row.pk: str(row) for row in ApiToken.objects.filter(pk__in=wanted)}
         revoked, already = ApiToken.objects.revoke(wanted)
-        outcome = Outcome(
+        outcome = ActionResult(
             "revoke_token",
             "Revoked",
             ("API token", "API tokens"),

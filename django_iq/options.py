@@ -16,9 +16,7 @@ from typing import Any, Protocol
 
 from django.utils import timezone
 
-from django_iq.conf import iq_settings
-from django_iq.exceptions import Fail, InvalidJobOptions, RetryAfter
-from django_iq.limits import (
+from django_iq.bounds import (
     MAX_ATTEMPTS_LIMIT,
     MAX_BACKOFF_SECONDS,
     MAX_INT,
@@ -27,6 +25,8 @@ from django_iq.limits import (
     run_at_problem,
     text_problem,
 )
+from django_iq.conf import iq_settings
+from django_iq.exceptions import Fail, InvalidJobOptions, RetryAfter
 from django_iq.states import MAX_PRIORITY, MIN_PRIORITY
 from django_iq.wording import close_names
 
@@ -245,7 +245,7 @@ class JobOptions:
     unique_for: timedelta | None = None
     # Seconds a run may take before JobTimeout is raised in it (None: DEFAULT_TIMEOUT_SECONDS).
     timeout: float | None = None
-    # The group key taken from the call: a parameter name or f(args, kwargs) (see grouping.py),
+    # The group key taken from the call: a parameter name or f(args, kwargs) (see group_keys.py),
     # and the fold merging the arguments of a group's waiting entries (compaction.py).
     group_by: Any = None
     merge: Any = None

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 from django.db import InterfaceError, OperationalError, connections
 
+from django_iq.bounds import text_problem
 from django_iq.dbconn import apply_network_timeouts, refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidProcessName
-from django_iq.limits import text_problem
 from django_iq.models import Worker
 
 logger = logging.getLogger(__name__)

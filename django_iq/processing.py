@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from django_iq import signals
 from django_iq.acks import Ack, AckWriter
+from django_iq.bounds import cut_message, exception_class_name, exception_text, format_failure
 from django_iq.conf import iq_settings
 from django_iq.dbconn import is_transient, refresh_connections, with_db_retry
 from django_iq.disabled_jobs import DisabledJobs
@@ -25,7 +26,6 @@ from django_iq.exceptions import (
     RetryAfter,
     Snooze,
 )
-from django_iq.limits import cut_message, exception_class_name, exception_text, format_failure
 from django_iq.managers import Claim
 from django_iq.managers.series import ready_at
 from django_iq.models import Batch, Entry, EntryError, GroupLock

@@ -14,11 +14,11 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
-from django_iq import bearer, permissions
+from django_iq import permissions, token_auth
 from django_iq.alarms import NO_LEADER, QUEUE_REASONS, UNSERVED_JOB
 from django_iq.conf import iq_settings
 from django_iq.managers.jobstats import QUANTILES, JobStats
-from django_iq.managers.metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
+from django_iq.managers.queue_metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
 from django_iq.models import JobMinute, QueueTotal, Worker
 from django_iq.snapshot import Snapshot, read_snapshot
 
@@ -272,12 +272,12 @@ def refusal(request: HttpRequest) -> HttpResponse | None:
     ``WWW-Authenticate: Bearer``) without usable credentials, 403 for a user lacking the rights.
     """
     try:
-        token = bearer.bearer_token(request)
+        token = token_auth.bearer_token(request)
         expected = iq_settings.METRICS_TOKEN
-        if token is not None and expected and bearer.matches(token, expected):
+        if token is not None and expected and token_auth.matches(token, expected):
             return None
-        bearer.authenticate(request)
-    except bearer.Unauthenticated as exc:
+        token_auth.authenticate(request)
+    except token_auth.Unauthenticated as exc:
         return _refuse(401, exc.message, exc.challenge)
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
@@ -285,7 +285,7 @@ def refusal(request: HttpRequest) -> HttpResponse | None:
             401,
             "Authentication required: send Authorization: Bearer <token> with the token of "
             'DJANGO_IQ["METRICS_TOKEN"] or an API token, or log in as a staff user.',
-            bearer.CHALLENGE,
+            token_auth.CHALLENGE,
         )
     if not permissions.allows(user, permissions.METRICS):
         return _refuse(

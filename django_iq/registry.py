@@ -22,7 +22,7 @@ from django_iq.exceptions import (
     JobNotRegistered,
     JobTimeout,
 )
-from django_iq.grouping import check_grouping, group_key_of
+from django_iq.group_keys import check_grouping, group_key_of
 from django_iq.options import (
     JOB_OPTIONS,
     MAX_GROUP_KEY_LENGTH,

@@ -12,8 +12,8 @@ from typing import Any
 
 from croniter import CroniterBadDateError, croniter
 
+from django_iq.bounds import EARLIEST_RUN_AT, LATEST_RUN_AT, run_at_problem
 from django_iq.exceptions import InvalidSchedule
-from django_iq.limits import EARLIEST_RUN_AT, LATEST_RUN_AT, run_at_problem
 
 # The shortest interval: the leader's passes and the workers' polls are a second apart.
 MIN_EVERY_SECONDS = 1

@@ -7,9 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django_iq.bounds import MAX_ARGUMENT_DEPTH, MAX_EXACT_FLOAT, MAX_INT, MIN_INT
 from django_iq.conf import iq_settings
 from django_iq.exceptions import InvalidJobArguments
-from django_iq.limits import MAX_ARGUMENT_DEPTH, MAX_EXACT_FLOAT, MAX_INT, MIN_INT
 
 _SCALARS = (str, bool, int, type(None))
 

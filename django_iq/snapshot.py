@@ -30,7 +30,7 @@ from django_iq.alarms import (
 )
 from django_iq.conf import iq_settings
 from django_iq.managers import QueueStats
-from django_iq.managers.metrics import MINUTE_SECONDS, minute_of
+from django_iq.managers.queue_metrics import MINUTE_SECONDS, minute_of
 from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, QueueTotal, Worker
 from django_iq.queries import server_sessions, snapshot_reads
 from django_iq.states import COUNTED_STATES, EntryState

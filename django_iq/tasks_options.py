@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django_iq.bounds import MAX_ATTEMPTS_LIMIT
 from django_iq.exceptions import ImproperlyConfiguredIQ
-from django_iq.limits import MAX_ATTEMPTS_LIMIT
 from django_iq.options import settings_queues
 from django_iq.tasks_compat import DEFAULT_TASK_QUEUE_NAME
 from django_iq.wording import close_names

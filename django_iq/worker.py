@@ -25,7 +25,6 @@ from django_iq.disabled_jobs import DisabledJobs
 from django_iq.fencing import fence_after_seconds, fence_grace_seconds, fence_leaves_margin
 from django_iq.governor import Decision, ResourceGovernor
 from django_iq.managers import Claim
-from django_iq.metrics import Tally
 from django_iq.models import Entry, GroupLock, JobLimit, Worker
 from django_iq.options import JobLimits
 from django_iq.process import (
@@ -42,6 +41,7 @@ from django_iq.processing import Processor
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
 from django_iq.stuck import SessionTracker
+from django_iq.tally import Tally
 from django_iq.timeouts import Watch, Watchdog
 from django_iq.wakeup import Listener, Wakeups, listening_supported
 

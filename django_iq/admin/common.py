@@ -22,9 +22,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_iq import operations
-from django_iq.limits import text_problem
+from django_iq.bounds import text_problem
 from django_iq.models import OperatorAction
-from django_iq.operations import Outcome
+from django_iq.operations import ActionResult
 from django_iq.queries import estimated_row_count
 
 # Count at most this many rows for a changelist: beyond it the page says "more than 10,000".
@@ -225,7 +225,7 @@ def admin_actor(request: HttpRequest) -> operations.Actor:
 
 
 def report_outcome(
-    model_admin: admin.ModelAdmin[Any], request: HttpRequest, outcome: Outcome
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, outcome: ActionResult
 ) -> None:
     """Tell the operator what an operation did, in its one wording: a success, or a warning when
     something was skipped or not found."""

@@ -33,9 +33,9 @@ from django_iq.admin.common import (
     short_time,
     time_column,
 )
+from django_iq.bounds import MAX_ARGUMENT_DEPTH
 from django_iq.conf import iq_settings
 from django_iq.exceptions import InvalidJobArguments, InvalidSchedule, JobNotRegistered
-from django_iq.limits import MAX_ARGUMENT_DEPTH
 from django_iq.models import CronJob, DisabledJob
 from django_iq.registry import catalog, get_job
 from django_iq.schedule import every_seconds_of, next_fire_time

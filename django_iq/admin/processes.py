@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 
 from django_iq.admin.common import ReadOnlyAdmin, cut, cut_column, time_column
 from django_iq.conf import iq_settings
-from django_iq.managers.limits import JobUsage
+from django_iq.managers.job_limits import JobUsage
 from django_iq.models import GroupLock, JobLimit, LeaderLease, Worker
 from django_iq.options import JobLimits
 from django_iq.wording import rate_use, used_of

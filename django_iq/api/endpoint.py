@@ -14,9 +14,9 @@ from django.http.response import HttpResponseBase
 from django.middleware.csrf import get_token
 from django.utils.cache import add_never_cache_headers
 
-from django_iq import bearer, permissions
+from django_iq import permissions, token_auth
+from django_iq.bounds import text_problem
 from django_iq.exceptions import IQError
-from django_iq.limits import text_problem
 
 # Most ids one POST may name, so that a request stays one bounded statement on every database.
 MAX_IDS = 1000
@@ -47,7 +47,7 @@ class ApiError(IQError):
         return response
 
 
-def unauthenticated(message: str, challenge: str = bearer.CHALLENGE) -> ApiError:
+def unauthenticated(message: str, challenge: str = token_auth.CHALLENGE) -> ApiError:
     """A 401 answer inviting the client to authenticate with a bearer token."""
     error = ApiError(401, message)
     error.headers["WWW-Authenticate"] = challenge
@@ -126,8 +126,8 @@ class Endpoint:
         """Act as the user of the request's API token, if it sends one; return whether it does.
         Raises ``ApiError`` (401) for a bad token."""
         try:
-            return bearer.authenticate(request)
-        except bearer.Unauthenticated as exc:
+            return token_auth.authenticate(request)
+        except token_auth.Unauthenticated as exc:
             raise unauthenticated(exc.message, exc.challenge) from None
 
     def check(self, request: HttpRequest, *, by_token: bool = False) -> None:
@@ -141,7 +141,7 @@ class Endpoint:
         if not permissions.is_operator(user):
             raise ApiError(403, "The django_iq API is for staff users only.")
         if not by_token and request.method not in ("GET", "HEAD", "OPTIONS", "TRACE"):
-            reason = bearer.csrf_problem(request)
+            reason = token_auth.csrf_problem(request)
             if reason is not None:
                 raise csrf_refusal(reason)
         if request.method not in self.methods:

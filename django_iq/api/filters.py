@@ -14,7 +14,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from django_iq.api.endpoint import MAX_ID, ApiError, InvalidParameter
-from django_iq.limits import EARLIEST_FILTER_TIME, LATEST_FILTER_TIME, filter_time_in_range
+from django_iq.bounds import EARLIEST_FILTER_TIME, LATEST_FILTER_TIME, filter_time_in_range
 from django_iq.models import Queue
 from django_iq.states import (
     AWAITING_COMPUTE,

@@ -36,9 +36,9 @@ from django_iq.dashboard.rows import (
     job_links,
     job_rows,
 )
+from django_iq.managers.job_limits import JobUsage
 from django_iq.managers.jobstats import JobStats, window_start
-from django_iq.managers.limits import JobUsage
-from django_iq.managers.metrics import minute_of
+from django_iq.managers.queue_metrics import minute_of
 from django_iq.managers.series import DepthPoint, LatencyPoint
 from django_iq.models import JobLimit, JobMinute, QueueMinute
 from django_iq.snapshot import Snapshot, read_snapshot

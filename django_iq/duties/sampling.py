@@ -9,7 +9,7 @@ import logging
 from datetime import datetime
 
 from django_iq.duties.base import Fence
-from django_iq.managers.metrics import minute_of
+from django_iq.managers.queue_metrics import minute_of
 from django_iq.models import Queue, QueueDepthMinute
 
 logger = logging.getLogger(__name__)

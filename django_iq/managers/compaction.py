@@ -19,9 +19,9 @@ from django.db import router
 from django.db.models import Count, Exists, Min, OuterRef, Q
 
 from django_iq.appmodels import iq
+from django_iq.managers.attempts import EntryOutcomeManager
 from django_iq.managers.common import atomic_retrying
-from django_iq.managers.metrics import QueueTally, minute_of
-from django_iq.managers.outcomes import EntryOutcomeManager
+from django_iq.managers.queue_metrics import QueueTally, minute_of
 from django_iq.queries import insert_group_locks, notify_ready
 from django_iq.states import WAITING, EntryState, group_lock_key
 

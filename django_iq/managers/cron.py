@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from django_iq import signals
 from django_iq.appmodels import iq
+from django_iq.bounds import END_REASON_MAX_CHARS
 from django_iq.conf import iq_settings
 from django_iq.exceptions import InvalidSchedule, JobNotRegistered
-from django_iq.limits import END_REASON_MAX_CHARS
 from django_iq.options import JobCatalog
 from django_iq.schedule import (
     every_seconds_of,

@@ -126,7 +126,7 @@ class EntryDependencyManager(models.Manager["EntryDependency"]):
     def _fail_children(
         self, using: str, doomed: dict[int, int], failure: str, now: datetime, jobs: Any
     ) -> None:
-        from django_iq.managers.outcomes import Failure
+        from django_iq.managers.attempts import Failure
 
         children = (
             iq.Entry.objects.using(using)

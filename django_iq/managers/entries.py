@@ -1,4 +1,4 @@
-"""Entries: enqueue, claim, promote, cancel, disable and enable (outcomes in ``outcomes.py``)."""
+"""Entries: enqueue, claim, promote, cancel, disable and enable (how attempts end in ``attempts.py``)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from django.utils import timezone
 
 from django_iq import signals
 from django_iq.appmodels import iq
+from django_iq.bounds import resolve_run_at
 from django_iq.conf import iq_settings
 from django_iq.dbconn import reachable
 from django_iq.exceptions import InvalidJobOptions, QueueNotFound
-from django_iq.limits import resolve_run_at
+from django_iq.managers.attempts import Failure
 from django_iq.managers.batches import OpenBatch, open_batch
 from django_iq.managers.common import ENQUEUE_BATCH_SIZE, atomic_retrying, lock_in_order
 from django_iq.managers.compaction import EntryCompactionManager
 from django_iq.managers.dependencies import PARENT_FAILED
-from django_iq.managers.outcomes import Failure
-from django_iq.managers.records import keeps_outcomes
+from django_iq.managers.outcome_records import keeps_outcomes
 from django_iq.options import JobCatalog, JobLimits, JobOptions
 from django_iq.queries import (
     COPY_ENQUEUE_MIN_ROWS,
@@ -154,7 +154,7 @@ class EntryQuerySet(models.QuerySet["Entry"]):
 
 class EntryManager(EntryCompactionManager):
     """State changes of entries, plus the queryset's state filters. The outcomes of runs
-    (complete, complete_many, fail) are in ``outcomes.py``, compaction in ``compaction.py``."""
+    (complete, complete_many, fail) are in ``attempts.py``, compaction in ``compaction.py``."""
 
     def get_queryset(self) -> EntryQuerySet:
         return EntryQuerySet(self.model, using=self._db)

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_iq import signals
 from django_iq.appmodels import iq
-from django_iq.limits import cut_message
+from django_iq.bounds import cut_message
 from django_iq.managers.common import atomic_retrying, delete_first, stored_json
 from django_iq.queries import notify_ready
 from django_iq.states import EntryState, lock_key_for

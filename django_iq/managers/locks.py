@@ -10,7 +10,7 @@ from django.db import models, router, transaction
 from django.db.models import Q
 
 from django_iq.appmodels import iq
-from django_iq.managers.outcomes import Failure
+from django_iq.managers.attempts import Failure
 from django_iq.options import JobCatalog
 from django_iq.queries import notifications_on, notify_ready
 

@@ -17,8 +17,8 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from django_iq.bounds import text_problem
 from django_iq.exceptions import InvalidApiToken
-from django_iq.limits import text_problem
 
 if TYPE_CHECKING:
     from django_iq.models import ApiToken

@@ -2,7 +2,7 @@
 thread and transaction, ``IQTestMixin`` and the ``iq_jobs`` pytest fixture capture what a test
 enqueued and assert on it. See docs/howto/testing.md."""
 
-from django_iq.inline import (
+from django_iq.inline_runs import (
     FAILED,
     MAX_RUNS,
     RETRYING,

@@ -12,7 +12,7 @@ from django.db import router
 from django.db.models import Max
 
 from django_iq import signals
-from django_iq.inline import Outcome, run_jobs
+from django_iq.inline_runs import Outcome, run_jobs
 from django_iq.models import Entry, RunOutcome
 from django_iq.registry import BoundJob, Job
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django_iq.inline import Outcome, run_jobs
+from django_iq.inline_runs import Outcome, run_jobs
 from django_iq.registry import BoundJob, Job
 from django_iq.testing.assertions import EnqueuedAssertions
 from django_iq.testing.capture import EnqueuedJob, EnqueuedJobs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_iq.managers.records import NOT_KEPT_KEY
+from django_iq.managers.outcome_records import NOT_KEPT_KEY
 from django_iq.models import RunOutcome
 from django_iq.worker import WorkerProcess
 from tests.api.test_api import Api, make_user, url

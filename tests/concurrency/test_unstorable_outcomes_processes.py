@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection
 
-from django_iq.managers.records import NOT_KEPT_KEY
+from django_iq.managers.outcome_records import NOT_KEPT_KEY
 from django_iq.models import Entry, EntryError, GroupLock, RunOutcome
 from tests.faults.harness import start_leader, start_worker, stop_all
 from tests.testapp.jobs import (

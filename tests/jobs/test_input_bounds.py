@@ -12,8 +12,8 @@ from django.utils import timezone as dj_timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from django_iq.bounds import LATEST_RUN_AT, MAX_ARGUMENT_DEPTH
 from django_iq.exceptions import InvalidJobArguments, InvalidJobOptions
-from django_iq.limits import LATEST_RUN_AT, MAX_ARGUMENT_DEPTH
 from django_iq.models import Entry, EntryError, Queue
 from django_iq.tasks_compat import InvalidTask
 from django_iq.worker import WorkerProcess

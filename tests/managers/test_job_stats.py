@@ -22,8 +22,8 @@ from django_iq.managers.jobstats import (
     bucket_of,
     quantile,
 )
-from django_iq.metrics import Tally
 from django_iq.models import JobMinute, QueueMinute
+from django_iq.tally import Tally
 from tests.conftest import iq_settings_with
 
 pytestmark = pytest.mark.django_db
@@ -103,7 +103,9 @@ def test_a_failed_write_writes_nothing_and_keeps_the_counts_for_the_next_flush()
     tally = Tally()
     tally.add("default", FAST, 0.02, ok=True, now=NOW)
     with (
-        mock.patch("django_iq.managers.metrics.upsert_add_all", side_effect=DatabaseError("gone")),
+        mock.patch(
+            "django_iq.managers.queue_metrics.upsert_add_all", side_effect=DatabaseError("gone")
+        ),
         pytest.raises(DatabaseError),
     ):
         tally.flush()

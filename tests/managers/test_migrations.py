@@ -126,7 +126,7 @@ def insert_by_hand(run_at_sql: str) -> None:
 def test_the_run_at_migration_moves_unreadable_times_into_range_and_then_refuses_them() -> None:
     from django.db import IntegrityError
 
-    from django_iq.limits import EARLIEST_RUN_AT
+    from django_iq.bounds import EARLIEST_RUN_AT
 
     try:
         call_command("migrate", "django_iq", "0003", verbosity=0)

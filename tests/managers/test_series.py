@@ -13,10 +13,10 @@ from django.utils import timezone
 from django_iq.duties import PruningDuty, SamplingDuty
 from django_iq.leader import Leader
 from django_iq.managers.jobstats import QUANTILE_RELATIVE_ERROR, bucket_of, bucket_seconds
-from django_iq.managers.metrics import minute_of
+from django_iq.managers.queue_metrics import minute_of
 from django_iq.managers.series import ready_at
-from django_iq.metrics import Tally
 from django_iq.models import QueueDepthMinute, QueueLatencyMinute, RunOutcome
+from django_iq.tally import Tally
 from django_iq.worker import WorkerProcess
 from tests.conftest import iq_settings_with
 from tests.factories import EntryFactory, QueueFactory

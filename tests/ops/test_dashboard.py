@@ -21,7 +21,7 @@ from django.utils import timezone
 from django_iq.dashboard.charts import SVG_NS
 from django_iq.dashboard.views import CHART_MINUTES, REFRESH_SECONDS, dashboard_data, format_age
 from django_iq.managers import QueueTally
-from django_iq.managers.metrics import minute_of
+from django_iq.managers.queue_metrics import minute_of
 from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, Worker
 from django_iq.worker import WorkerProcess
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory, WorkerFactory

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from django_iq.alarms import Alarm
 from django_iq.managers import QueueTally
-from django_iq.managers.metrics import minute_of
+from django_iq.managers.queue_metrics import minute_of
 from django_iq.models import ApiToken, Entry, Queue, QueueMinute, Worker
 from django_iq.prometheus import read_scrape
 from django_iq.snapshot import read_snapshot

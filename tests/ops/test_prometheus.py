@@ -15,7 +15,7 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_iq.managers.metrics import DURATION_BUCKETS_SECONDS
+from django_iq.managers.queue_metrics import DURATION_BUCKETS_SECONDS
 from django_iq.models import ApiToken, Worker
 from django_iq.prometheus import CONTENT_TYPE, IQCollector, read_scrape
 from django_iq.worker import WorkerProcess

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from django_iq.alarms import UNSERVED_JOB
 from django_iq.managers import QueueTally
-from django_iq.managers.metrics import minute_of
+from django_iq.managers.queue_metrics import minute_of
 from django_iq.models import Entry, Queue, QueueMinute, Worker
 from django_iq.snapshot import read_snapshot
 from django_iq.worker import WorkerProcess

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import TestCase, TransactionTestCase
 from django.utils import timezone
 
-from django_iq import inline
+from django_iq import inline_runs
 from django_iq.exceptions import JobNotRegistered
 from django_iq.models import Entry, EntryError, GroupLock, RunOutcome
 from django_iq.tasks_compat import TaskResultStatus
@@ -171,13 +171,13 @@ class RunJobsBehaviour:
 
     def test_a_job_enqueueing_itself_without_end_stops_with_a_clear_error(self) -> None:
         chain.enqueue("endless", 50)
-        limit = inline.MAX_RUNS
-        inline.MAX_RUNS = 5
+        limit = inline_runs.MAX_RUNS
+        inline_runs.MAX_RUNS = 5
         try:
             with pytest.raises(TooManyRuns, match="run_jobs ran 5 entries and more are ready"):
                 run_jobs()
         finally:
-            inline.MAX_RUNS = limit
+            inline_runs.MAX_RUNS = limit
 
     def test_the_connection_stays_open_and_usable(self) -> None:
         connection.ensure_connection()

@@ -9,11 +9,11 @@ import pytest
 from django.utils import timezone
 
 from django_iq import job, operations
+from django_iq.bounds import MAX_RETURN_DEPTH
 from django_iq.duties import PruningDuty
 from django_iq.exceptions import InvalidJobOptions
 from django_iq.leader import Leader
-from django_iq.limits import MAX_RETURN_DEPTH
-from django_iq.managers.records import NOT_KEPT_KEY
+from django_iq.managers.outcome_records import NOT_KEPT_KEY
 from django_iq.models import Entry, EntryError, RunOutcome
 from django_iq.worker import WorkerProcess
 from tests.conftest import iq_settings_with

@@ -1,4 +1,4 @@
-"""metrics.py ``Tally``: a worker's counts per queue and minute, flushed into the per-minute
+"""tally.py ``Tally``: a worker's counts per queue and minute, flushed into the per-minute
 rows and the lifetime totals; a failed flush keeps them for the next one."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from unittest import mock
 import pytest
 from django.db import DatabaseError
 
-from django_iq.metrics import Tally
 from django_iq.models import QueueMinute, QueueTotal
+from django_iq.tally import Tally
 
 pytestmark = pytest.mark.django_db
 

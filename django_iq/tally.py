@@ -10,7 +10,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from django_iq.managers.jobstats import JobTally, bucket_of
-from django_iq.managers.metrics import DURATION_BUCKETS_SECONDS, QueueTally, minute_of
+from django_iq.managers.queue_metrics import DURATION_BUCKETS_SECONDS, QueueTally, minute_of
 from django_iq.models import QueueMinute
 
 JobKey = tuple[str, datetime, int]

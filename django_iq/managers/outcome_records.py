@@ -12,8 +12,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils.functional import Promise
 
+from django_iq.bounds import MAX_RETURN_DEPTH, text_problem
 from django_iq.conf import iq_settings
-from django_iq.limits import MAX_RETURN_DEPTH, text_problem
 from django_iq.managers.common import delete_first, storable_text, stored_json
 from django_iq.options import JobCatalog
 from django_iq.states import OutcomeStatus

@@ -13,10 +13,15 @@ from django.db import models, router
 from django.utils import timezone
 
 from django_iq.appmodels import iq
+from django_iq.bounds import cut_message, cut_traceback
 from django_iq.exceptions import SnoozeLimitReached
-from django_iq.limits import cut_message, cut_traceback
 from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
-from django_iq.managers.records import failure_status, keeps_outcomes, return_json, started_at
+from django_iq.managers.outcome_records import (
+    failure_status,
+    keeps_outcomes,
+    return_json,
+    started_at,
+)
 from django_iq.options import JobCatalog
 from django_iq.queries import (
     OutcomeDone,

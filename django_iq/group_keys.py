@@ -8,8 +8,8 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from django_iq.bounds import text_problem
 from django_iq.exceptions import InvalidJobArguments, InvalidJobOptions
-from django_iq.limits import text_problem
 from django_iq.options import MAX_GROUP_KEY_LENGTH
 
 # group_by="obj_id": the key is that argument; group_by=f: the key is f(args, kwargs).
