@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,6 +179,15 @@ def _parse_env(key: str, raw: str, spec: Setting) -> Any:
 
 
 iq_settings = IQSettings()
+
+# The environment variable naming the node a process runs on.
+HOST_NAME_VARIABLE = "DJANGO_IQ_HOST_NAME"
+
+
+def host_name() -> str:
+    """The node this process runs on, as workers report it and per-node caps count it: the
+    ``DJANGO_IQ_HOST_NAME`` environment variable, else the machine's host name."""
+    return os.environ.get(HOST_NAME_VARIABLE) or socket.gethostname()
 
 
 @receiver(setting_changed)

@@ -11,7 +11,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any, ClassVar
 from django.db import InterfaceError, OperationalError, connections
 
 from django_iq.bounds import text_problem
+from django_iq.conf import host_name
 from django_iq.dbconn import apply_network_timeouts, refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidProcessName
 from django_iq.models import Worker
@@ -74,12 +74,6 @@ def watch_parent(
     thread = threading.Thread(target=watch, name="iq-parent", daemon=True)
     thread.start()
     return thread
-
-
-def host_name() -> str:
-    """The node this process runs on, as workers report it and per-node caps count it: the
-    ``DJANGO_IQ_HOST_NAME`` environment variable, else the machine's host name."""
-    return os.environ.get("DJANGO_IQ_HOST_NAME") or socket.gethostname()
 
 
 # The longest node name a Worker row keeps (its ``host`` column).

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import connections
 
+from django_iq.conf import host_name
 from django_iq.models import Worker
 from django_iq.process import (
     EXIT_ABANDONED,
@@ -23,7 +24,6 @@ from django_iq.process import (
     STOP_SIGNALS,
     IQProcess,
     check_name,
-    host_name,
     new_instance,
     process_name,
     watch_parent,
