@@ -23,11 +23,15 @@ class EntryState(models.TextChoices):
 # Entries that will run unless something changes: deferred or ready.
 WAITING = (EntryState.INITIAL, EntryState.PENDING)
 
-# Inferred: a pending entry whose group lock is held, one whose lock is free, and an entry that
-# failed for good (a final error record not requeued).
-COMPUTING, AWAITING_COMPUTE, FAILED = "computing", "awaiting_compute", "failed"
+# Inferred, one meaning on every surface (the admin, the dashboard, iq_status, the API,
+# Prometheus): computing is a pending entry whose group lock a live worker holds (running,
+# claimed and waiting in its worker's prefetch, or waiting behind its group's running entry);
+# awaiting compute is a pending entry with no lock; failed is an entry that failed for good (a
+# final error record not requeued). Running counts the computing entries a live worker is
+# running now (each live lock's tracked entry): a part of computing, with a name of its own.
+COMPUTING, RUNNING, AWAITING_COMPUTE, FAILED = "computing", "running", "awaiting_compute", "failed"
 # Every state a queue's counts report, in display order.
-COUNTED_STATES = (*EntryState.values, COMPUTING, AWAITING_COMPUTE, FAILED)
+COUNTED_STATES = (*EntryState.values, COMPUTING, RUNNING, AWAITING_COMPUTE, FAILED)
 # How people read each counted state (the design calls awaiting_compute "awaitingCompute").
 # Machines (JSON, Prometheus labels, HTML data attributes, column keys) use the names above.
 STATE_LABELS = {
@@ -36,18 +40,32 @@ STATE_LABELS = {
     EntryState.DISABLED.value: "disabled",
     EntryState.BLOCKED.value: "blocked",
     COMPUTING: "computing",
+    RUNNING: "running",
     AWAITING_COMPUTE: "awaiting compute",
     FAILED: "failed",
 }
 
 
-def entry_state_label(state: str, is_running: bool) -> str:
-    """How people read an entry's state: a pending entry is computing while a live worker runs
-    it (``is_running``: its group lock's tracked entry), and awaiting compute otherwise (its
-    group's other entries wait behind the running one)."""
-    if state == EntryState.PENDING:
-        return STATE_LABELS[COMPUTING if is_running else AWAITING_COMPUTE]
-    return STATE_LABELS.get(state, state)
+def entry_state(state: str, locked: bool, locked_by_live_worker: bool) -> str:
+    """An entry's state as every surface names it: a pending entry is ``computing`` while a
+    live worker holds its group lock and ``awaiting_compute`` with no lock; one whose lock's
+    worker is not live is neither (it stays ``pending`` until recovery releases the lock).
+    Other states are the stored ones."""
+    if state != EntryState.PENDING:
+        return state
+    if locked_by_live_worker:
+        return COMPUTING
+    return state if locked else AWAITING_COMPUTE
+
+
+def entry_state_label(
+    state: str, locked: bool, locked_by_live_worker: bool, is_running: bool = False
+) -> str:
+    """How people read an entry's state (``entry_state`` in words); a computing entry its
+    worker is running now (``is_running``: its group lock's tracked entry) says so."""
+    name = entry_state(state, locked, locked_by_live_worker)
+    label = STATE_LABELS.get(name, name)
+    return f"{label} (running)" if name == COMPUTING and is_running else label
 
 
 class OutcomeStatus(models.TextChoices):

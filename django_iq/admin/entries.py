@@ -28,7 +28,7 @@ from django_iq.admin.common import (
     time_column,
 )
 from django_iq.managers import EntryQuerySet
-from django_iq.managers.entries import lock_running_it
+from django_iq.managers.entries import lock_held, lock_held_by_live_worker, lock_running_it
 from django_iq.models import DisabledJob, Entry, GroupLock
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.states import (
@@ -36,6 +36,7 @@ from django_iq.states import (
     COMPUTING,
     COUNTED_STATES,
     FAILED,
+    RUNNING,
     STATE_LABELS,
     EntryState,
     entry_state_label,
@@ -66,8 +67,8 @@ class JobFilter(admin.SimpleListFilter):
 
 class StateFilter(admin.SimpleListFilter):
     """Stored states plus the inferred ones, through the queryset's own state methods, named as
-    ``states.STATE_LABELS`` names them for people. As the dashboard counts them, computing is the
-    entry a live worker runs, and the entries of its group waiting behind it await compute."""
+    ``states.STATE_LABELS`` names them for people, with the meanings every surface counts them
+    by (``states``)."""
 
     title = "state"
     parameter_name = "state"
@@ -84,8 +85,9 @@ class StateFilter(admin.SimpleListFilter):
             EntryState.PENDING.value: entries.pending,
             EntryState.DISABLED.value: entries.disabled,
             EntryState.BLOCKED.value: lambda: entries.filter(state=EntryState.BLOCKED),
-            COMPUTING: entries.running,
-            AWAITING_COMPUTE: entries.ready,
+            COMPUTING: entries.computing,
+            RUNNING: entries.running,
+            AWAITING_COMPUTE: entries.awaiting_compute,
         }
         state = states.get(str(self.value()))
         return state() if state is not None else queryset
@@ -129,9 +131,14 @@ class EntryAdmin(ActionOnlyAdmin):
     readonly_fields = ("status", "lock", "errors")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Entry]:
-        # One EXISTS per listed row tells computing from awaiting compute: no query per row.
+        # Three EXISTS per listed row tell computing (and running) from awaiting compute and
+        # from a dead worker's lock: no query per row.
         entries: QuerySet[Entry] = super().get_queryset(request)
-        return entries.annotate(is_running=lock_running_it())
+        return entries.annotate(
+            is_locked=lock_held(),
+            is_locked_live=lock_held_by_live_worker(),
+            is_running=lock_running_it(),
+        )
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Entry], search_term: str
@@ -155,7 +162,12 @@ class EntryAdmin(ActionOnlyAdmin):
 
     @admin.display(description="state")
     def status(self, entry: Entry) -> str:
-        return entry_state_label(entry.state, bool(getattr(entry, "is_running", False)))
+        return entry_state_label(
+            entry.state,
+            bool(getattr(entry, "is_locked", False)),
+            bool(getattr(entry, "is_locked_live", False)),
+            bool(getattr(entry, "is_running", False)),
+        )
 
     job = job_column("job_name", width="fill")
     run_at_short = time_column("run_at", "run at", sortable=False)

@@ -26,7 +26,14 @@ from django_iq.dashboard.views import job_stats_view
 from django_iq.managers import QueueStats
 from django_iq.models import Queue
 from django_iq.snapshot import read_snapshot
-from django_iq.states import AWAITING_COMPUTE, COMPUTING, FAILED, STATE_LABELS, EntryState
+from django_iq.states import (
+    AWAITING_COMPUTE,
+    COMPUTING,
+    FAILED,
+    RUNNING,
+    STATE_LABELS,
+    EntryState,
+)
 
 # Attributes set on each listed Queue by QueueChangeList: its QueueStats and oldest waiting time.
 STATS_ATTRIBUTE = "_iq_stats"
@@ -63,8 +70,8 @@ def _count_column(state: str) -> Any:
         stats = _stats(queue)
         if stats is None:
             return None
-        # As the dashboard shows it, linked to the same list.
-        count = stats.shown_count(state)
+        # As every surface counts it, linked to the list of those entries.
+        count = stats.count(state)
         if not count:
             return count
         url = Links(self.admin_site.name).entries(queue.name, state)
@@ -85,6 +92,7 @@ class QueueAdmin(admin.ModelAdmin):
         "disabled_count",
         "blocked_count",
         "computing_count",
+        "running_count",
         "awaiting_compute_count",
         "failed_count",
         "oldest_waiting",
@@ -113,6 +121,7 @@ class QueueAdmin(admin.ModelAdmin):
     disabled_count = _count_column(EntryState.DISABLED)
     blocked_count = _count_column(EntryState.BLOCKED)
     computing_count = _count_column(COMPUTING)
+    running_count = _count_column(RUNNING)
     awaiting_compute_count = _count_column(AWAITING_COMPUTE)
     failed_count = _count_column(FAILED)
 

@@ -21,12 +21,13 @@ from django_iq.states import (
     COMPUTING,
     MAX_PRIORITY,
     MIN_PRIORITY,
+    RUNNING,
     EntryState,
     OutcomeStatus,
 )
 from django_iq.wording import close_names
 
-ENTRY_STATES = (*EntryState.values, COMPUTING, AWAITING_COMPUTE)
+ENTRY_STATES = (*EntryState.values, COMPUTING, RUNNING, AWAITING_COMPUTE)
 # Queue names listed in a "does not exist" message, at most.
 KNOWN_QUEUES_SHOWN = 20
 
@@ -162,9 +163,9 @@ ENTRY_FILTERS: tuple[Param, ...] = (
         "state",
         {"type": "string", "enum": list(ENTRY_STATES)},
         "Only entries in this state. initial, pending, disabled and blocked (waiting for "
-        "parent entries) are stored; computing "
-        "(pending, its group lock held by a worker) and awaiting_compute (pending, not locked) "
-        "are inferred.",
+        "parent entries) are stored; computing (pending, its group lock held by a live "
+        "worker), running (computing, the entry its worker runs now) and awaiting_compute "
+        "(pending, not locked) are inferred.",
         "one of " + ", ".join(ENTRY_STATES),
         parse_state,
         filter_state,

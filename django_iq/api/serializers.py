@@ -8,20 +8,14 @@ from typing import Any
 
 from django_iq.models import Entry, EntryError, GroupLock, Queue, RunOutcome
 from django_iq.snapshot import QueueView
-from django_iq.states import AWAITING_COMPUTE, COMPUTING, EntryState
-
-
-def inferred_state(entry: Entry, is_locked: bool) -> str:
-    """The state an operator sees: a pending entry is ``computing`` while its group lock is
-    held and ``awaiting_compute`` otherwise; other states are the stored ones."""
-    if entry.state != EntryState.PENDING:
-        return entry.state
-    return COMPUTING if is_locked else AWAITING_COMPUTE
+from django_iq.states import entry_state
 
 
 def entry_summary(entry: Entry) -> dict[str, Any]:
-    """An entry as listed; ``entry`` must carry the ``is_locked`` annotation."""
+    """An entry as listed; ``entry`` must carry the ``is_locked`` and ``is_locked_live``
+    annotations."""
     is_locked = bool(getattr(entry, "is_locked", False))
+    is_locked_live = bool(getattr(entry, "is_locked_live", False))
     return {
         "id": entry.pk,
         "queue": entry.queue_id,
@@ -30,7 +24,7 @@ def entry_summary(entry: Entry) -> dict[str, Any]:
         "kwargs": entry.kwargs,
         "priority": entry.priority,
         "state": entry.state,
-        "inferred_state": inferred_state(entry, is_locked),
+        "inferred_state": entry_state(entry.state, is_locked, is_locked_live),
         "attempts": entry.attempts,
         "max_attempts": entry.max_attempts,
         "run_at": entry.run_at,
@@ -56,7 +50,6 @@ def entry_detail(
     """Everything about one entry: its summary, its lock (if held) and its failed attempts."""
     return {
         **entry_summary(entry),
-        "inferred_state": inferred_state(entry, lock is not None),
         "lock_key": entry.lock_key,
         "lock": lock_dict(lock) if lock is not None else None,
         "cron_job_id": entry.cron_job_id,

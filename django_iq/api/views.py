@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from django.apps import apps
 from django.db import transaction
-from django.db.models import Exists, Model, OuterRef, QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve, reverse
@@ -50,6 +50,7 @@ from django_iq.api.serializers import (
     outcome_dict,
     queue_dict,
 )
+from django_iq.managers.entries import lock_held, lock_held_by_live_worker
 from django_iq.managers.jobstats import window_start
 from django_iq.models import (
     DisabledJob,
@@ -115,9 +116,10 @@ def _listing(
 
 
 def _entries() -> QuerySet[Entry]:
-    """Every entry, annotated with ``is_locked``: whether its group lock is held."""
+    """Every entry, annotated with ``is_locked`` (its group lock is held) and
+    ``is_locked_live`` (by a live worker)."""
     return Entry.objects.get_queryset().annotate(
-        is_locked=Exists(GroupLock.objects.filter(key=OuterRef("lock_key")))
+        is_locked=lock_held(), is_locked_live=lock_held_by_live_worker()
     )
 
 
@@ -141,7 +143,7 @@ def entry(request: HttpRequest, entry_id: int) -> HttpResponseBase:
     parse_query(request.GET, ())
     if request.method == "DELETE":
         return _cancel(request, [entry_id], single=True)
-    found = Entry.objects.filter(pk=entry_id).first()
+    found = _entries().filter(pk=entry_id).first()
     if found is None:
         raise _entry_not_found(request, entry_id)
     lock = GroupLock.objects.select_related("worker").filter(key=found.lock_key).first()

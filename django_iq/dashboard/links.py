@@ -66,7 +66,7 @@ class Links:
 
     def running(self) -> str | None:
         """Every entry a live worker is running."""
-        return self._url("entry", state="computing")
+        return self._url("entry", state="running")
 
     def entry(self, entry_id: int) -> str | None:
         if self.site_name is None:

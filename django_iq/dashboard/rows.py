@@ -42,9 +42,8 @@ def job_links(
 
 
 def display_counts(stats: QueueStats) -> dict[str, int]:
-    """Counts per state as people read them: computing is what live workers run, and the
-    entries of a group waiting behind its running entry await compute with the others."""
-    return {state: stats.shown_count(state) for state in COUNTED_STATES}
+    """Counts per state, in ``COUNTED_STATES`` order (``states`` says what each means)."""
+    return {state: stats.count(state) for state in COUNTED_STATES}
 
 
 # (state, count, link to the rows counted or None)

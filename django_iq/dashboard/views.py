@@ -42,7 +42,7 @@ from django_iq.managers.queue_metrics import minute_of
 from django_iq.managers.series import DepthPoint, LatencyPoint
 from django_iq.models import JobLimit, JobMinute, QueueMinute
 from django_iq.snapshot import Snapshot, read_snapshot
-from django_iq.states import COMPUTING, COUNTED_STATES, STATE_LABELS
+from django_iq.states import COUNTED_STATES, RUNNING, STATE_LABELS
 from django_iq.wording import rate_use, used_of
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class DashboardData:
 
     @property
     def running_total(self) -> int:
-        return self.totals[COMPUTING]
+        return self.totals[RUNNING]
 
     @property
     def merged(self) -> int:

@@ -121,7 +121,8 @@ class EntryQuerySet(models.QuerySet["Entry"]):
         return self.filter(state=EntryState.BLOCKED)
 
     def computing(self) -> EntryQuerySet:
-        """Pending entries whose group lock is held by a live worker: it has them."""
+        """Pending entries whose group lock is held by a live worker: it has them (running,
+        waiting in its prefetch, or waiting behind their group's running entry)."""
         return self.pending().filter(lock_held_by_live_worker())
 
     def locked_by_dead_workers(self) -> EntryQuerySet:
@@ -135,17 +136,9 @@ class EntryQuerySet(models.QuerySet["Entry"]):
         return self.pending().filter(~lock_held())
 
     def running(self) -> EntryQuerySet:
-        """Computing entries a live worker is running: each live lock's tracked entry. What
-        operators are shown as computing (the dashboard, the admin)."""
+        """Computing entries a live worker is running: each live lock's tracked entry (the
+        ``running`` count)."""
         return self.pending().filter(lock_running_it())
-
-    def ready(self) -> EntryQuerySet:
-        """Pending entries not running and not held by a dead worker's lock: awaiting compute,
-        plus the entries of a group waiting behind its running entry. What operators are shown
-        as awaiting compute."""
-        return self.pending().filter(
-            ~lock_held() | (lock_held_by_live_worker() & ~lock_running_it())
-        )
 
     def due(self, now: datetime) -> EntryQuerySet:
         """Deferred entries whose run_at has come."""
@@ -185,9 +178,6 @@ class EntryManager(EntryCompactionManager):
 
     def running(self) -> EntryQuerySet:
         return self.get_queryset().running()
-
-    def ready(self) -> EntryQuerySet:
-        return self.get_queryset().ready()
 
     def due(self, now: datetime) -> EntryQuerySet:
         return self.get_queryset().due(now)

@@ -14,7 +14,7 @@ from django_iq.exceptions import QueueNotFound
 from django_iq.managers.entries import lock_held, lock_held_by_live_worker, lock_running_it
 from django_iq.options import JobCatalog, settings_queues
 from django_iq.queries import snapshot_reads
-from django_iq.states import AWAITING_COMPUTE, COMPUTING, EntryState
+from django_iq.states import EntryState
 
 if TYPE_CHECKING:
     from django_iq.models import (
@@ -47,25 +47,9 @@ class QueueStats:
     # The queue's own alarm threshold; None: ALERT_WAITING_SECONDS.
     alert_waiting_seconds: int | None = None
     # Computing entries their live worker is running (each live lock's tracked entry); the
-    # rest of ``computing`` wait behind their group's running entry.
+    # rest of ``computing`` wait in their worker's prefetch or behind their group's running
+    # entry.
     running: int = 0
-
-    def shown_count(self, state: str) -> int:
-        """The count of ``state`` as operators are shown it (the dashboard, the admin):
-        computing is what live workers run, and the entries of a group waiting behind its
-        running entry await compute with the others (``Entry.objects.running()``,
-        ``ready()``)."""
-        if state == COMPUTING:
-            return self.running
-        if state == AWAITING_COMPUTE:
-            return self.ready
-        return self.count(state)
-
-    @property
-    def ready(self) -> int:
-        """Pending entries not running: awaiting compute, and those waiting behind their
-        group's running entry (what operators are shown as awaiting compute)."""
-        return self.awaiting_compute + self.computing - self.running
 
     def __getattr__(self, name: str) -> int:
         # A stored state reads as an attribute (``stats.pending``), new states included.

@@ -141,7 +141,9 @@ class QueueDepthMinuteManager(_MinuteRows["QueueDepthMinute"]):
             self.model(
                 queue=s.queue,
                 minute=minute,
-                ready=s.ready,
+                # Waiting to run: awaiting compute, and the computing entries not running
+                # (in a worker's prefetch, or behind their group's running entry).
+                ready=s.awaiting_compute + s.computing - s.running,
                 running=s.running,
                 deferred=s.count("initial"),
             )

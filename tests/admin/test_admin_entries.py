@@ -152,6 +152,7 @@ def entries_in_every_state() -> dict[str, Any]:
         ("initial", ["initial"]),
         ("pending", ["computing", "awaiting_compute"]),
         ("computing", ["computing"]),
+        ("running", ["computing"]),
         ("awaiting_compute", ["awaiting_compute"]),
         ("disabled", ["disabled"]),
     ],
@@ -177,7 +178,7 @@ def test_state_column_shows_the_inferred_state_of_pending_entries(
 
     assert sorted(column(response, "status")) == [
         "awaiting compute",
-        "computing",
+        "computing (running)",
         "disabled",
         "initial",
     ]
@@ -344,22 +345,27 @@ def test_entries_cannot_be_deleted_around_the_cancel_action(client: Client) -> N
 
 # The factory's worker sends no heartbeat: keep it live for the length of the test.
 @iq_settings_with(WORKER_SILENT_AFTER_SECONDS=600)
-def test_entries_waiting_behind_their_groups_running_entry_show_and_filter_as_awaiting_compute(
+def test_entries_waiting_behind_their_groups_running_entry_are_computing_not_running(
     client: Client,
 ) -> None:
+    """Computing means one thing on every surface: the group's lock is held by a live worker.
+    Of a group's computing entries, the one its worker runs is also ``running``."""
     running = EntryFactory(group_key="invoices-42", running=True)
     behind = [EntryFactory(group_key="invoices-42", lock_key=running.lock_key) for _ in range(2)]
+    free = EntryFactory()
     login_superuser(client)
 
     page = client.get(changelist_url(Entry) + "?q=invoices-42")
     computing = client.get(changelist_url(Entry) + "?state=computing")
+    running_now = client.get(changelist_url(Entry) + "?state=running")
     awaiting = client.get(changelist_url(Entry) + "?state=awaiting_compute")
 
     states = dict(zip(listed_ids(page), column(page, "status"), strict=True))
     assert states == {
-        running.pk: "computing",
-        behind[0].pk: "awaiting compute",
-        behind[1].pk: "awaiting compute",
+        running.pk: "computing (running)",
+        behind[0].pk: "computing",
+        behind[1].pk: "computing",
     }
-    assert listed_ids(computing) == [running.pk]
-    assert sorted(listed_ids(awaiting)) == sorted(entry.pk for entry in behind)
+    assert sorted(listed_ids(computing)) == sorted([running.pk, *(e.pk for e in behind)])
+    assert listed_ids(running_now) == [running.pk]
+    assert listed_ids(awaiting) == [free.pk]

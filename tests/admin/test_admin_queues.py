@@ -89,7 +89,7 @@ def test_counts_link_to_the_matching_entries_and_failures(client: Client) -> Non
     )
 
 
-def test_each_count_links_to_a_list_of_as_many_entries_as_the_dashboard_shows(
+def test_each_count_links_to_a_list_of_as_many_entries_as_it_counts(
     client: Client,
 ) -> None:
     fill_default_queue()
@@ -108,8 +108,9 @@ def test_each_count_links_to_a_list_of_as_many_entries_as_the_dashboard_shows(
         "initial": 2,
         "pending": 7,
         "disabled": 1,
-        "computing": 2,
-        "awaiting_compute": 5,
+        "computing": 4,
+        "running": 2,
+        "awaiting_compute": 3,
     }
     for count, response in listed.values():
         assert response.context["cl"].queryset.count() == count

@@ -137,10 +137,10 @@ def test_a_listed_entry_has_its_summary_without_lock_or_attempts(
     ("params", "parameter", "message"),
     [
         (
-            {"state": "running"},
+            {"state": "started"},
             "state",
-            "Invalid value 'running' for 'state': expected one of initial, pending, disabled, "
-            "blocked, computing, awaiting_compute.",
+            "Invalid value 'started' for 'state': expected one of initial, pending, disabled, "
+            "blocked, computing, running, awaiting_compute.",
         ),
         ({"state": "failed"}, "state", "list them with /errors/?final=true&requeued=false"),
         (

@@ -41,6 +41,7 @@ def test_healthy_rows_count_every_state_and_the_invariant_holds() -> None:
         "disabled": 1,
         "blocked": 0,
         "computing": 1,
+        "running": 0,
         "awaiting_compute": 2,
         "failed": 0,
     }

@@ -104,6 +104,7 @@ def test_status_json_counts_every_state_per_queue_as_the_database_does() -> None
         "disabled": 1,
         "blocked": 0,
         "computing": 1,
+        "running": 0,
         "awaiting_compute": 2,
         "failed": 2,
     }
@@ -218,6 +219,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "DISABLED",
         "BLOCKED",
         "COMPUTING",
+        "RUNNING",
         "AWAITING_COMPUTE",
         "FAILED",
         "OLDEST",
@@ -234,6 +236,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "1",
         "0",
         "1",
+        "0",
         "2",
         "2",
         "2h00m",
@@ -249,6 +252,7 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "0",
         "0",
         "0",
+        "0",
         "1",
         "1",
         "3d00h",
@@ -256,7 +260,19 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
         "ok",
         "-",
     ]
-    assert lines[header + 3].split() == ["(total)", "1", "4", "1", "0", "1", "3", "3", "0", "ok"]
+    assert lines[header + 3].split() == [
+        "(total)",
+        "1",
+        "4",
+        "1",
+        "0",
+        "1",
+        "0",
+        "3",
+        "3",
+        "0",
+        "ok",
+    ]
     # Numbers are right-aligned: every row ends its PENDING column at the same place.
     end = lines[header].index("PENDING") + len("PENDING")
     assert {lines[header + i][end - 1] for i in range(1, 4)} == {"3", "1", "4"}
@@ -365,7 +381,16 @@ def test_status_queues_option_keeps_those_queues_and_the_workers_serving_them() 
 
     assert [q["name"] for q in document["queues"]] == ["emails", "reports"]
     assert document["queues"][1]["counts"] == dict.fromkeys(
-        ["initial", "pending", "disabled", "blocked", "computing", "awaiting_compute", "failed"],
+        [
+            "initial",
+            "pending",
+            "disabled",
+            "blocked",
+            "computing",
+            "running",
+            "awaiting_compute",
+            "failed",
+        ],
         0,
     ), "a declared queue without a row yet shows zeros"
     names = [w["name"] for w in document["workers"]]

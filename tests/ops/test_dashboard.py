@@ -210,6 +210,7 @@ def test_counts_per_state_and_invariant_are_shown_per_queue(operator_client: Cli
         "state=disabled": "1",
         "state=blocked": "0",
         "state=computing": "1",
+        "state=running": "1",
         "state=awaiting_compute": "2",
         "state=failed": "0",
     }
@@ -235,6 +236,7 @@ def test_dashboard_data_reads_the_same_counts_as_queue_stats() -> None:
         "disabled": 0,
         "blocked": 0,
         "computing": 1,
+        "running": 1,
         "awaiting_compute": 3,
         "failed": 0,
     }

@@ -77,9 +77,11 @@ def test_every_count_links_to_a_changelist_listing_as_many_rows(admin_client: Cl
     assert len(links) >= 30
     numbers = dict(links)
     entries = reverse("admin:django_iq_entry_changelist")
-    assert numbers[f"{entries}?queue__name__exact=default&state=computing"] == 1
-    assert numbers[f"{entries}?queue__name__exact=default&state=awaiting_compute"] == 5
-    assert numbers[f"{entries}?state=computing"] == 2
+    assert numbers[f"{entries}?queue__name__exact=default&state=computing"] == 3
+    assert numbers[f"{entries}?queue__name__exact=default&state=running"] == 1
+    assert numbers[f"{entries}?queue__name__exact=default&state=awaiting_compute"] == 3
+    assert numbers[f"{entries}?state=computing"] == 4
+    assert numbers[f"{entries}?state=running"] == 2
     workers = reverse("admin:django_iq_worker_changelist")
     assert numbers[f"{workers}?status=live&is_throttled__exact=1"] == 1
 

@@ -140,8 +140,9 @@ def test_running_entries_show_since_when_and_where_and_not_their_groups_waiting_
     assert f'data-running-entry="{running.pk}"' in html
     assert f'data-running-entry="{waiting.pk}"' not in html
     assert f'href="{reverse("admin:django_iq_entry_change", args=[running.pk])}"' in html
-    assert data.totals["computing"] == 1
-    assert data.totals["awaiting_compute"] == 1
+    # Computing counts the group's lock, running the entry its worker runs.
+    assert (data.totals["computing"], data.totals["running"]) == (2, 1)
+    assert data.totals["awaiting_compute"] == 0
 
 
 def test_the_running_list_is_bounded_and_links_to_all_of_them(admin_client: Client) -> None:
@@ -152,5 +153,5 @@ def test_the_running_list_is_bounded_and_links_to_all_of_them(admin_client: Clie
 
     assert html.count("data-running-entry=") == RUNNING_LIMIT
     assert f"The {RUNNING_LIMIT} longest running of {RUNNING_LIMIT + 3}" in html
-    all_running = reverse("admin:django_iq_entry_changelist") + "?state=computing"
+    all_running = reverse("admin:django_iq_entry_changelist") + "?state=running"
     assert f'<a href="{all_running}" class="iq-count">all running entries</a>' in html

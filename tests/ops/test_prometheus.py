@@ -98,7 +98,7 @@ def test_job_counters_and_duration_histogram_match_the_jobs_a_worker_ran(
 
 
 @pytest.mark.django_db
-def test_queue_entries_gauge_has_all_seven_states_per_queue(staff_client: Client) -> None:
+def test_queue_entries_gauge_has_all_eight_states_per_queue(staff_client: Client) -> None:
     EntryFactory.create_batch(2)
     EntryFactory(locked=True)
     EntryFactory(deferred=True)
@@ -116,6 +116,7 @@ def test_queue_entries_gauge_has_all_seven_states_per_queue(staff_client: Client
             "disabled",
             "blocked",
             "computing",
+            "running",
             "awaiting_compute",
             "failed",
         )
@@ -125,6 +126,7 @@ def test_queue_entries_gauge_has_all_seven_states_per_queue(staff_client: Client
         "disabled": 1,
         "blocked": 0,
         "computing": 1,
+        "running": 0,
         "awaiting_compute": 2,
         "failed": 1,
     }
@@ -133,7 +135,7 @@ def test_queue_entries_gauge_has_all_seven_states_per_queue(staff_client: Client
         for key in found
         if key[0] == "django_iq_queue_entries" and ("queue", "reports") in key[1]
     ]
-    assert len(reports) == 7
+    assert len(reports) == 8
     assert all(found[key] == 0 for key in reports)
 
 
