@@ -229,7 +229,7 @@ class AckWriter:
         for ack in batch:
             if ack.lock_id is not None and ack.lock_id in lost:
                 log_lock_lost(ack.entry)
-        self._release(batch, written=True)
+        self.settle(batch, written=True)
 
     def _write_one_by_one(self, batch: list[Ack]) -> None:
         for ack in batch:
@@ -273,7 +273,7 @@ class AckWriter:
                 self._fail_attempt(ack, refused)
             return
         self.written += 1
-        self._release([ack], written=True)
+        self.settle([ack], written=True)
 
     def _fail_attempt(self, ack: Ack, refused: Exception) -> None:
         """Count the attempt of ``ack`` as failed, its success unwritable, and retry it per
@@ -317,7 +317,7 @@ class AckWriter:
         signals.send(
             signals.entry_failed, Entry, entry=entry, error=error, will_retry=not error.is_final
         )
-        self._release([ack], written=False)
+        self.settle([ack], written=False)
 
     def _lose(self, batch: list[Ack]) -> None:
         """The outcomes of ``batch`` could not be written: tell the worker (``on_lost``), which
@@ -331,7 +331,10 @@ class AckWriter:
             finally:
                 ack.done.set()
 
-    def _release(self, batch: list[Ack], *, written: bool) -> None:
+    def settle(self, batch: list[Ack], *, written: bool) -> None:
+        """Announce ``batch`` (``entries_finished``, ``entry_finished``) if it was ``written``,
+        settle each claim whose last success it holds (``on_settled``), and mark each
+        acknowledgement done. Every writer ends a batch through here."""
         if written and signals.entries_finished.receivers:
             signals.send(
                 signals.entries_finished,
@@ -355,3 +358,17 @@ class AckWriter:
                 logger.exception("settling a claim failed entry=%s", ack.entry.pk)
             finally:
                 ack.done.set()
+
+
+class ImmediateAckWriter(AckWriter):
+    """The writer's contract without its thread: each success is written when it is handed
+    over, in the caller's thread and transaction, then announced and settled as the writer's
+    thread does (``run_jobs``: tests and ``RUN_ON_COMMIT``)."""
+
+    def put(self, ack: Ack) -> None:
+        Entry.objects.complete_many([ack.success(self.worker_name)], jobs=catalog)
+        self.written += 1
+        self.settle([ack], written=True)
+
+    def wait_for(self, acks: Iterable[Ack]) -> None:
+        return None  # every success handed over is already written

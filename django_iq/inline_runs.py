@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,12 +25,12 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from django_iq.acks import Ack, AckWriter
-from django_iq.exceptions import IQError, Snooze
+from django_iq.acks import ImmediateAckWriter
+from django_iq.exceptions import IQError
 from django_iq.managers import Claim
 from django_iq.models import DisabledJob, Entry, EntryError, Queue
-from django_iq.processing import Processor
-from django_iq.registry import BoundJob, Job, autodiscover, catalog, get_job, registered_jobs
+from django_iq.processing import FAILED, RETRYING, SUCCEEDED, Processor, RunEnd
+from django_iq.registry import BoundJob, Job, autodiscover, get_job, registered_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +40,6 @@ MAX_RUNS = 1000
 # Entries claimed per claim statement.
 CLAIM_SIZE = 100
 WORKER_NAME = "inline"
-
-SUCCEEDED, RETRYING, FAILED, SNOOZED = "succeeded", "retrying", "failed", "snoozed"
 
 
 class TooManyRuns(IQError, RuntimeError):
@@ -79,90 +77,19 @@ class Outcome:
         return f"{self.job_name} entry={self.entry_id} {self.status}{ending}"
 
 
-class _WrittenAtOnce(AckWriter):
-    """The ack writer's contract without its thread: each success is written when handed over,
-    in the caller's thread and transaction, then announced and settled as the writer does."""
-
-    def put(self, ack: Ack) -> None:
-        Entry.objects.complete_many([ack.success(self.worker_name)], jobs=catalog)
-        self.written += 1
-        self._release([ack], written=True)
-
-    def wait_for(self, acks: Iterable[Ack]) -> None:
-        return None  # every success handed over is already written
-
-
-class _RecordingProcessor(Processor):
-    """The worker's processor, noting how each entry's run ended."""
-
-    def __init__(self) -> None:
-        super().__init__(WORKER_NAME, _WrittenAtOnce(WORKER_NAME))
-        self.runs: list[Outcome] = []
-
-    def _run_entry(
-        self, entry: Entry, claim: Claim, last: bool, written: list[Ack], started_at: datetime
-    ) -> Any:
-        attempt = entry.attempts + 1
-        ended = super()._run_entry(entry, claim, last, written, started_at)
-        if isinstance(ended, Ack):
-            self.runs.append(_run(entry, SUCCEEDED, attempt, return_value=ended.return_value))
-        return ended
-
-    def _failed(
-        self,
-        entry: Entry,
-        lock_id: int | None,
-        written: list[Ack],
-        job: Job[Any, Any] | None,
-        exc: BaseException,
-        *,
-        final: bool = False,
-        started_at: datetime | None = None,
-    ) -> EntryError:
-        attempt = entry.attempts + 1
-        error = super()._failed(
-            entry, lock_id, written, job, exc, final=final, started_at=started_at
-        )
-        status = FAILED if error.is_final else RETRYING
-        self.runs.append(_run(entry, status, attempt, exception=exc, error=error))
-        return error
-
-    def _snoozed(
-        self,
-        entry: Entry,
-        lock_id: int | None,
-        written: list[Ack],
-        job: Job[Any, Any],
-        snooze: Snooze,
-        started_at: datetime,
-    ) -> EntryError | None:
-        attempt = entry.attempts + 1
-        error = super()._snoozed(entry, lock_id, written, job, snooze, started_at)
-        status = SNOOZED if error is None else FAILED
-        self.runs.append(_run(entry, status, attempt, exception=snooze, error=error))
-        return error
-
-
-def _run(
-    entry: Entry,
-    status: str,
-    attempt: int,
-    *,
-    exception: BaseException | None = None,
-    error: EntryError | None = None,
-    return_value: Any = None,
-) -> Outcome:
+def _outcome(run_end: RunEnd) -> Outcome:
+    entry = run_end.entry
     return Outcome(
         entry_id=entry.pk,
         job_name=entry.job_name,
         queue=entry.queue_id,
         args=entry.args,
         kwargs=entry.kwargs,
-        attempt=attempt,
-        status=status,
-        return_value=return_value,
-        exception=exception,
-        error=error,
+        attempt=run_end.attempt,
+        status=run_end.status,
+        return_value=run_end.return_value,
+        exception=run_end.exception,
+        error=run_end.error,
     )
 
 
@@ -211,30 +138,35 @@ def run_jobs(
     now = now or timezone.now()
     names = _job_names(job)
     queues = [queue] if isinstance(queue, str) else list(queue) if queue is not None else None
-    processor = _RecordingProcessor()
+    runs: list[Outcome] = []
+    processor = Processor(
+        WORKER_NAME,
+        ImmediateAckWriter(WORKER_NAME),
+        on_run_end=lambda run_end: runs.append(_outcome(run_end)),
+    )
     _local.running = True
     try:
-        while limit is None or len(processor.runs) < limit:
+        while limit is None or len(runs) < limit:
             _make_ready(names, queues, include_deferred, now)
-            room = CLAIM_SIZE if limit is None else min(CLAIM_SIZE, limit - len(processor.runs))
+            room = CLAIM_SIZE if limit is None else min(CLAIM_SIZE, limit - len(runs))
             claims = _claim(names, queues, room)
             if not claims:
                 break
             for claim in claims:
                 processor.run_claim(claim, should_stop=lambda: False)
-            if limit is None and len(processor.runs) >= MAX_RUNS and _claim_possible(names):
+            if limit is None and len(runs) >= MAX_RUNS and _claim_possible(names):
                 raise TooManyRuns(
-                    f"run_jobs ran {len(processor.runs)} entries and more are ready: a job "
+                    f"run_jobs ran {len(runs)} entries and more are ready: a job "
                     "may enqueue itself, or snooze or retry without end. Pass limit=... to "
                     "run a bounded number."
                 )
     finally:
         _local.running = False
     if raise_errors:
-        for ran in processor.runs:
+        for ran in runs:
             if ran.status in (FAILED, RETRYING) and ran.exception is not None:
                 raise ran.exception
-    return processor.runs
+    return runs
 
 
 def _job_names(job: Any) -> list[str]:

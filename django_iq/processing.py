@@ -54,10 +54,10 @@ def stored_call_problem(entry: Entry) -> str | None:
 
 
 class _Snoozed:
-    """The type of ``SNOOZED``: an entry's run raised ``Snooze`` and was put back."""
+    """The type of ``PUT_BACK``: an entry's run raised ``Snooze`` and was put back."""
 
 
-SNOOZED = _Snoozed()
+PUT_BACK = _Snoozed()
 
 
 class _Abandoned:
@@ -99,6 +99,29 @@ class ClaimResult:
     settled: bool = True
 
 
+# How a run ended, as ``RunEnd.status`` says.
+SUCCEEDED, RETRYING, FAILED, SNOOZED = "succeeded", "retrying", "failed", "snoozed"
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How one run of an entry ended, as a processor's ``on_run_end`` observer is told it.
+
+    ``status`` is ``SUCCEEDED`` (handed to the ack writer with ``return_value``), ``RETRYING``
+    (the attempt failed and the entry waits for its retry), ``FAILED`` (final: the entry is
+    gone, ``error`` is its final record) or ``SNOOZED``. ``attempt`` is the attempt this run
+    was; ``exception`` what the job raised. Runs given up past their timeout, cut off by a
+    fence, or handed back unstarted end without a call.
+    """
+
+    entry: Entry
+    attempt: int
+    status: str
+    return_value: Any = None
+    exception: BaseException | None = None
+    error: EntryError | None = None
+
+
 class Processor:
     """Runs claims handed over by a scheduling thread, one entry at a time.
 
@@ -113,8 +136,12 @@ class Processor:
         acks: AckWriter,
         watchdog: Watchdog | None = None,
         disabled: DisabledJobs | None = None,
+        on_run_end: Callable[[RunEnd], None] | None = None,
     ) -> None:
+        """``on_run_end(run_end)`` is told how each run ended, in the processing thread, once
+        its outcome is written (a success: handed to ``acks``)."""
         self.worker_name = worker_name
+        self.on_run_end = on_run_end
         self.acks = acks
         # Times runs out; without one (or with no timeout for an entry) runs are not timed.
         self.watchdog = watchdog
@@ -184,9 +211,10 @@ class Processor:
         self, entry: Entry, claim: Claim, last: bool, written: list[Ack], started_at: datetime
     ) -> Ack | _Snoozed | _Abandoned | _Fenced | None:
         """Run one entry, started at ``started_at``; return its acknowledgement, handed to the
-        writer, ``SNOOZED`` if it snoozed, ``ABANDONED`` if it was given up past its timeout, or
+        writer, ``PUT_BACK`` if it snoozed, ``ABANDONED`` if it was given up past its timeout, or
         None if it failed (the outcome is written)."""
         started = time.monotonic()
+        attempt = entry.attempts + 1
         lock_id = claim.lock_id if last else None
         try:
             job = get_job(entry.job_name)
@@ -236,7 +264,7 @@ class Processor:
             if watch is not None and watch.fenced:
                 return FENCED
             self._snoozed(entry, lock_id, written, job, snooze, started_at)
-            return SNOOZED
+            return PUT_BACK
         except BaseException as exc:  # the processing boundary: every failure is recorded.
             # BaseException too: in a processing thread a KeyboardInterrupt or SystemExit can
             # only come from the job itself (signals go to the main thread), so it is the job's
@@ -268,7 +296,12 @@ class Processor:
             claim=claim,
         )
         self.acks.put(ack)
+        self._ended(RunEnd(entry, attempt, SUCCEEDED, return_value=return_value))
         return ack
+
+    def _ended(self, run_end: RunEnd) -> None:
+        if self.on_run_end is not None:
+            self.on_run_end(run_end)
 
     def _abandoned(self, watch: Watch | None) -> bool:
         """Settle the watch (again: the first time may have been cut short by the timeout);
@@ -307,11 +340,15 @@ class Processor:
         started_at: datetime | None = None,
     ) -> EntryError:
         """Log and record a failed attempt; return its error record."""
+        attempt = entry.attempts + 1
         self._log_failure(entry, exc, job, final=final)
         if lock_id is not None:
             # This failure gives the lock up: the claim's successes it covers are written first.
             self.acks.wait_for(written)
-        return self._record_failure(entry, lock_id, job, exc, final=final, started_at=started_at)
+        error = self._record_failure(entry, lock_id, job, exc, final=final, started_at=started_at)
+        status = FAILED if error.is_final else RETRYING
+        self._ended(RunEnd(entry, attempt, status, exception=exc, error=error))
+        return error
 
     def _snoozed(
         self,
@@ -324,6 +361,7 @@ class Processor:
     ) -> EntryError | None:
         """Put the entry back until the snooze ends; return the final error record if it had
         snoozed too often, else None."""
+        attempt = entry.attempts + 1
         if lock_id is not None:
             # The lock goes: the claim's successes it covers are written first.
             self.acks.wait_for(written)
@@ -345,6 +383,7 @@ class Processor:
         )
         if error is None:
             logger.debug("snoozed entry=%s job=%s until=%s", entry.pk, entry.job_name, until)
+            self._ended(RunEnd(entry, attempt, SNOOZED, exception=snooze))
             return None
         logger.error(
             "job failed for good entry=%s job=%s queue=%s: %s",
@@ -354,6 +393,7 @@ class Processor:
             error.message,
         )
         signals.send(signals.entry_failed, Entry, entry=entry, error=error, will_retry=False)
+        self._ended(RunEnd(entry, attempt, FAILED, exception=snooze, error=error))
         return error
 
     def _log_failure(

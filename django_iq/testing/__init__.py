@@ -2,16 +2,8 @@
 thread and transaction, ``IQTestMixin`` and the ``iq_jobs`` pytest fixture capture what a test
 enqueued and assert on it. See docs/howto/testing.md."""
 
-from django_iq.inline_runs import (
-    FAILED,
-    MAX_RUNS,
-    RETRYING,
-    SNOOZED,
-    SUCCEEDED,
-    Outcome,
-    TooManyRuns,
-    run_jobs,
-)
+from django_iq.inline_runs import MAX_RUNS, Outcome, TooManyRuns, run_jobs
+from django_iq.processing import FAILED, RETRYING, SNOOZED, SUCCEEDED
 from django_iq.testing.capture import EnqueuedJob, EnqueuedJobs
 from django_iq.testing.mixins import IQTestMixin
 
