@@ -56,16 +56,6 @@ class CompactionPass:
         """Entries fewer in the queues after the pass."""
         return sum(done.merged_away for done in self.merged)
 
-    def lines(self) -> list[str]:
-        """One line per group merged or skipped, for an operator."""
-        said = [
-            f"Merged {len(done.replaced)} entries of {done.group.job_name} in queue "
-            f"{done.group.queue}, group {done.group.group_key!r}, into entry {done.entry_id}."
-            for done in self.merged
-        ]
-        said += [f"Skipped {label}: {reason}." for label, reason in self.skipped.items()]
-        return said
-
 
 def label(group: Group) -> str:
     return f"{group.job_name} {group.queue} {group.group_key!r}"

@@ -112,11 +112,6 @@ def validate_arguments(
     return stored_args, stored_kwargs
 
 
-def encode_result(value: Any) -> Any:
-    """Return ``value`` as JSON-storable data or raise ``InvalidJobArguments`` for a job's result."""
-    return json.loads(json.dumps(_check(value, "result"), allow_nan=False))
-
-
 def call_pair(index: int, call: Any) -> tuple[Sequence[Any], dict[str, Any]]:
     """Call ``index`` of a batch as an ``(args, kwargs)`` pair of a list and a dict, or
     ``InvalidJobArguments`` naming it."""

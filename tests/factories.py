@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import factory
 from django.utils import timezone
 
+from django_iq.managers import Success
 from django_iq.models import (
     CronJob,
     DisabledJob,
@@ -205,3 +207,12 @@ def most_starts_within(starts: Iterable[float], seconds: float) -> int:
             first += 1
         most = max(most, last - first + 1)
     return most
+
+
+def complete(
+    entry: Entry, lock_id: int | None, now: datetime | None = None, return_value: Any = None
+) -> bool:
+    """Write one success the way the ack writer does (``complete_many``); return False if the
+    lock was already gone (recovery released it while the job ran)."""
+    lost = Entry.objects.complete_many([Success(entry, lock_id, return_value, now)])
+    return lock_id is None or lock_id not in lost

@@ -79,19 +79,6 @@ class EntryOutcomeManager(models.Manager["Entry"]):
     def _on(self, db: str) -> models.QuerySet[Entry]:
         return self.get_queryset().using(db)
 
-    def complete(
-        self,
-        entry: Entry,
-        lock_id: int | None,
-        now: datetime | None = None,
-        return_value: Any = None,
-        jobs: JobCatalog | None = None,
-    ) -> bool:
-        """``complete_many`` of one success; return False if the lock was gone (recovery
-        released it while the job ran), True otherwise."""
-        lost = self.complete_many([Success(entry, lock_id, return_value, now)], jobs=jobs)
-        return lock_id is None or lock_id not in lost
-
     def complete_many(
         self,
         done: Sequence[Success],

@@ -19,7 +19,7 @@ from django_iq.models import CronJob, Entry, OperatorAction
 from django_iq.registry import catalog
 from tests.admin.test_admin import change_url, changelist_url, column, login, login_superuser
 from tests.admin.test_admin_cron import NOOP, form
-from tests.factories import CronJobFactory, QueueFactory
+from tests.factories import CronJobFactory, QueueFactory, complete
 
 pytestmark = pytest.mark.django_db
 
@@ -241,7 +241,7 @@ def test_the_list_shows_next_fires_last_run_last_outcome_and_a_disabled_job(
     CronJob.objects.reschedule(one_off, catalog)
     assert CronJob.objects.run_now(one_off, catalog)
     (claim,) = Entry.objects.claim(None, 10, "default")
-    Entry.objects.complete(claim.entries[0], claim.lock_id)
+    complete(claim.entries[0], claim.lock_id)
     CronJobFactory(name="c-other-job", job_name="tests.testapp.jobs.record", args=["x"])
     operations.disable([NOOP], operations.Actor.of_command("test"))
     login_superuser(client)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from django_iq.exceptions import InvalidJobArguments
-from django_iq.serialization import encode_result, validate_arguments
+from django_iq.serialization import validate_arguments
 
 
 @pytest.mark.parametrize(
@@ -141,17 +141,6 @@ def test_keyword_arguments_must_be_a_mapping() -> None:
 def test_invalid_job_arguments_is_a_type_error() -> None:
     with pytest.raises(TypeError):
         validate_arguments([object()], {})
-
-
-def test_a_result_is_encoded_as_json_data() -> None:
-    assert encode_result(("ok", {"n": 1})) == ["ok", {"n": 1}]
-
-
-def test_a_result_that_is_not_json_is_rejected_as_the_result() -> None:
-    with pytest.raises(
-        InvalidJobArguments, match=r"^Unsupported type: <class 'decimal\.Decimal'>: result \("
-    ):
-        encode_result(decimal.Decimal("1"))
 
 
 @pytest.mark.parametrize(

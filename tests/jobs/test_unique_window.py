@@ -24,6 +24,7 @@ from django_iq.models import Entry, UniqueKey
 from django_iq.options import JobOptions
 from django_iq.worker import WorkerProcess
 from tests.conftest import concurrently, wait_until
+from tests.factories import complete
 from tests.testapp.jobs import gives_up, record, refresh_account
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -70,8 +71,8 @@ def test_inside_the_window_after_a_success_an_enqueue_writes_nothing() -> None:
 # (group key, finish): a success of an ungrouped entry takes PostgreSQL's one statement, that of
 # a group's entry mid-claim (no lock to delete) the ORM's transaction, as elsewhere.
 FINISHES: dict[str, tuple[str | None, Callable[[Entry], Any]]] = {
-    "success in one statement": (None, lambda entry: Entry.objects.complete(entry, None)),
-    "success in a transaction": ("g", lambda entry: Entry.objects.complete(entry, None)),
+    "success in one statement": (None, lambda entry: complete(entry, None)),
+    "success in a transaction": ("g", lambda entry: complete(entry, None)),
     "final failure": (None, lambda entry: fail(entry, final=True)),
 }
 
@@ -158,7 +159,7 @@ def test_enqueue_many_with_a_window_keeps_one_entry_per_key() -> None:
 
 def test_a_unique_key_without_a_window_writes_no_key_row_and_finishes_without_one() -> None:
     entry = record.using(unique_key="plain").enqueue("a")
-    Entry.objects.complete(entry, None)
+    complete(entry, None)
 
     assert not UniqueKey.objects.exists()
     assert record.using(unique_key="plain").enqueue("b").pk is not None
@@ -200,7 +201,7 @@ def test_enqueues_racing_the_finish_of_the_entry_holding_the_key_write_nothing()
 
     def finish_slowly() -> None:
         with transaction.atomic():
-            Entry.objects.complete(entry, None)
+            complete(entry, None)
             # Held open so that the enqueues find no window yet and wait on the entry's key.
             time.sleep(0.3)
 

@@ -17,6 +17,7 @@ from django_iq.leader import Leader
 from django_iq.models import CronJob, Entry, EntryError, Queue
 from django_iq.registry import catalog
 from tests.conftest import wait_until
+from tests.factories import complete
 from tests.leader.test_leader import cron_leader, settings_with
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +42,7 @@ def run_due(now: datetime, finished_at: datetime | None = None) -> list[datetime
     for claim in Entry.objects.claim(None, 10, "default"):
         for entry in claim.entries:
             fired.append(entry.run_at)
-            Entry.objects.complete(entry, claim.lock_id, now=finished_at or now)
+            complete(entry, claim.lock_id, now=finished_at or now)
     return fired
 
 

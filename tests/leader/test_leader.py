@@ -29,7 +29,7 @@ from django_iq.models import (
 )
 from django_iq.schedule import next_fire_time, validate_schedule
 from tests.conftest import wait_until
-from tests.factories import EntryErrorFactory, EntryFactory, WorkerFactory
+from tests.factories import EntryErrorFactory, EntryFactory, WorkerFactory, complete
 from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -103,7 +103,7 @@ def test_cron_fires_once_per_minute_with_two_leaders_and_completion_creates_the_
         assert len(claims) == 1, f"one run per minute boundary, minute {minute}"
         (entry,) = claims[0].entries
         fired.append(entry.run_at)
-        Entry.objects.complete(entry, claims[0].lock_id, now=due)
+        complete(entry, claims[0].lock_id, now=due)
 
     assert fired == [datetime(2026, 5, 1, 12, 1 + m, tzinfo=UTC) for m in range(6)]
     cron_job = CronJob.objects.get(name="tick")
@@ -124,7 +124,7 @@ def test_missed_fires_run_once_not_once_per_missed_minute() -> None:
     leader.run_once(later)
     claims = Entry.objects.claim(None, 10, "default")
     assert len(claims) == 1
-    Entry.objects.complete(claims[0].entries[0], claims[0].lock_id, now=later)
+    complete(claims[0].entries[0], claims[0].lock_id, now=later)
 
     (following,) = Entry.objects.filter(cron_job__name="tick")
     assert following.state == "initial"

@@ -16,7 +16,7 @@ from django.db.models import F
 
 from django_iq.models import Entry, GroupLock, Queue, Worker
 from tests.conftest import iq_settings_with, wait_until
-from tests.factories import EntryFactory, QueueFactory
+from tests.factories import EntryFactory, QueueFactory, complete
 
 pytestmark = pytest.mark.django_db(transaction=True)
 T = TypeVar("T")
@@ -246,7 +246,7 @@ def test_recovery_charges_no_entry_of_a_group_claim_whose_outcome_was_written(
     # The worker ran the first entry of the claim and wrote its outcome (not the claim's last:
     # the lock stays), then died before it moved on to the second.
     if outcome == "succeeded":
-        Entry.objects.complete(claim.entries[0], None)
+        complete(claim.entries[0], None)
     else:
         Entry.objects.fail(
             claim.entries[0],

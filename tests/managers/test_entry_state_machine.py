@@ -19,6 +19,7 @@ from django_iq.duties import RecoveryDuty
 from django_iq.leader import Leader
 from django_iq.managers import Claim
 from django_iq.models import Entry, EntryError, GroupLock, LeaderLease, Queue, Worker
+from tests.factories import complete
 from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,7 +99,7 @@ class EntryLife(RuleBasedStateMachine):
             last = index == len(claim.entries) - 1
             if index:
                 GroupLock.objects.track(claim.lock_id, entry.pk)
-            Entry.objects.complete(entry, claim.lock_id if last else None)
+            complete(entry, claim.lock_id if last else None)
             self.completed += 1
 
     @precondition(lambda self: bool(self.held()))
@@ -118,7 +119,7 @@ class EntryLife(RuleBasedStateMachine):
         )
         for index, entry in enumerate(rest, start=1):
             GroupLock.objects.track(claim.lock_id, entry.pk)
-            Entry.objects.complete(entry, claim.lock_id if index == len(rest) else None)
+            complete(entry, claim.lock_id if index == len(rest) else None)
             self.completed += 1
 
     @rule(index=st.integers(0, 1))

@@ -18,6 +18,7 @@ from tests.factories import (
     GroupLockFactory,
     QueueFactory,
     WorkerFactory,
+    complete,
 )
 from tests.testapp.jobs import flaky, record
 
@@ -170,7 +171,7 @@ def test_max_concurrency_caps_the_claims_running_at_once_in_a_queue() -> None:
     assert Entry.objects.claim(worker, 10, "capped") == [], "the cap is reached"
 
     done = first[0]
-    Entry.objects.complete(done.entries[0], done.lock_id)
+    complete(done.entries[0], done.lock_id)
     assert len(Entry.objects.claim(worker, 10, "capped")) == 1
 
 
@@ -252,7 +253,7 @@ def test_complete_deletes_the_entry_and_its_lock() -> None:
     EntryFactory()
     claim = claim_one(WorkerFactory())
 
-    assert Entry.objects.complete(claim.entries[0], claim.lock_id) is True
+    assert complete(claim.entries[0], claim.lock_id) is True
 
     assert not Entry.objects.exists()
     assert not GroupLock.objects.exists()
@@ -262,7 +263,7 @@ def test_complete_without_a_lock_id_keeps_the_lock_for_the_rest_of_the_claim() -
     EntryFactory.create_batch(2, group_key="g")
     claim = claim_one(WorkerFactory())
 
-    assert Entry.objects.complete(claim.entries[0], None) is True
+    assert complete(claim.entries[0], None) is True
 
     assert list(Entry.objects.values_list("pk", flat=True)) == [claim.entries[1].pk]
     assert GroupLock.objects.filter(pk=claim.lock_id).exists()
@@ -273,7 +274,7 @@ def test_complete_reports_a_lock_that_recovery_already_released() -> None:
     claim = claim_one(WorkerFactory())
     GroupLock.objects.release([claim.lock_id])
 
-    assert Entry.objects.complete(claim.entries[0], claim.lock_id) is False
+    assert complete(claim.entries[0], claim.lock_id) is False
     assert not Entry.objects.exists()
 
 
