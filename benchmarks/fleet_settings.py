@@ -1,6 +1,9 @@
-"""The test settings, with each worker process timing its claim statements: when
-``IQ_BENCH_CLAIM_TIMES`` names a directory, every PostgreSQL single-statement claim's time
-(from the client's call to its rows fetched, in ms) is appended to ``<pid>.txt`` there."""
+"""The test settings with django_iq's defaults (the test settings poll, promote and send
+heartbeats every 50 to 500 ms so that tests run fast; a deployment keeps the defaults, and at
+48 processes those short intervals alone would take the machine), and each worker process
+timing its claim statements: when ``IQ_BENCH_CLAIM_TIMES`` names a directory, every PostgreSQL
+single-statement claim's time (from the client's call to its rows fetched, in ms) is appended
+to ``<pid>.txt`` there."""
 
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from typing import Any
 from django.db.backends.signals import connection_created
 
 from tests.settings import *  # noqa: F403
+from tests.settings import DJANGO_IQ
+
+DJANGO_IQ = {"QUEUES": DJANGO_IQ["QUEUES"]}
 
 _CLAIM_TIMES = os.environ.get("IQ_BENCH_CLAIM_TIMES", "")
 _CLAIM_OPENING = "WITH w AS ("  # django_iq.queries.claim.CLAIM_POSTGRESQL

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections
 from django_iq.governor import ResourceGovernor
+from django_iq.limited_claims import LimitedClaims
 from django_iq.managers import Claim
 from django_iq.models import DisabledJob, Entry, Queue, Worker
 from django_iq.options import JobLimits
@@ -28,9 +29,6 @@ USAGE_HALF_LIFE_SECONDS = 30.0
 QUEUE_LIST_TTL_SECONDS = 1.0
 # A burst worker waits for retries of entries it failed if they are due within this time.
 BURST_RETRY_HORIZON_SECONDS = 60.0
-# A job found at its cap or rate limit is asked again after this long (or once it has room
-# by this worker's count sooner: a claim of it finished here).
-LIMITED_RETRY_SECONDS = 0.1
 
 
 @dataclass
@@ -120,7 +118,7 @@ class Scheduler:
             else None
         )
         self.free_threads = free_threads or idle_threads
-        self._limited_retry_at: dict[str, float] = {}
+        self.limited = LimitedClaims(worker, self.limited_jobs, self.free_threads)
         self.detect_idle = detect_idle
         self.queues = list(queues) if queues else None
         self.governor = governor
@@ -149,6 +147,7 @@ class Scheduler:
     def queue_heard_of(self, queue: str | None) -> None:
         """Work arrived in ``queue`` (None: anywhere): if this scheduler does not know the queue
         yet (it was created after the last reading), read the queues again at the next pass."""
+        self.limited.heard_of(queue)
         if queue is None or queue not in self._weights:
             self._weights_at = 0.0
 
@@ -170,11 +169,16 @@ class Scheduler:
         for queue in self.picker.order(weights):
             if claimed >= slots:
                 break
-            claims = self._claim_limited(queue, slots - claimed)
-            if claimed + len(claims) < slots:
+            claims = self.limited.claim(queue, slots - claimed)
+            room = slots - claimed - len(claims)
+            if self.limited.wants_a_thread:
+                # A limited job has entries ready and room: claims of other jobs leave it the
+                # next free thread instead of filling the prefetch ahead of it.
+                room = min(room, self.free_threads() - len(claims))
+            if room > 0:
                 claims += Entry.objects.claim(
                     self.worker,
-                    slots - claimed - len(claims),
+                    room,
                     queue,
                     is_capped=queue in self._capped,
                     job_names=self.general_job_names,
@@ -195,30 +199,9 @@ class Scheduler:
         is_idle = self.detect_idle and not self.has_claimable_work(weights)
         return PassResult(0, iq_settings.POLL_INTERVAL_SECONDS, is_idle=is_idle)
 
-    def _claim_limited(self, queue: str, slots: int) -> list[Claim]:
-        """Claims of limited jobs with entries ready in ``queue``, within their limits and the
-        processing threads free now."""
-        claims: list[Claim] = []
-        for job_name, limits in self.limited_jobs.items():
-            room = min(slots - len(claims), self.free_threads() - len(claims))
-            if room <= 0:
-                break
-            if self._limited_retry_at.get(job_name, 0.0) > time.monotonic():
-                continue
-            waiting = Entry.objects.awaiting_compute().filter(queue_id=queue, job_name=job_name)
-            if not waiting.exists():
-                continue
-            taken = Entry.objects.claim(
-                self.worker, room, queue, limited=(job_name, limits), is_capped=True
-            )
-            if not taken:
-                self._limited_retry_at[job_name] = time.monotonic() + LIMITED_RETRY_SECONDS
-            claims += taken
-        return claims
-
     def limited_job_finished(self, job_name: str) -> None:
         """A claim of ``job_name`` finished here: it may have room again at once."""
-        self._limited_retry_at.pop(job_name, None)
+        self.limited.finished(job_name)
 
     def has_claimable_work(self, weights: dict[str, int]) -> bool:
         """True if a served queue has a ready unlocked entry of an enabled job, a due deferred

@@ -61,11 +61,18 @@ class JobLimitManager(models.Manager["JobLimit"]):
         lock the job's row (so claims of the job count one at a time), then count its running
         claims (in the cluster, and on ``node``) and its starts within the rate window. Return
         the room and whether the job has a rate limit (its claims then record their starts).
-        The caller's own limits stand in for a row not written yet."""
-        row = self.using(using).select_for_update().filter(job_name=job_name).first()
+        The caller's own limits stand in for a row not written yet. A row another claim holds
+        is not waited for: the room is 0 for now (``SKIP LOCKED``)."""
+        rows = self.using(using).filter(job_name=job_name)
+        row = rows.select_for_update(skip_locked=True).first()
         if row is None:
+            if rows.exists():
+                # Another worker is claiming this job right now: it counts and takes the room.
+                # Waiting for it would queue every worker of a fleet on this one row (and hold
+                # up their heartbeats, which share the scheduling pass's connection).
+                return 0, False
             self.publish({job_name: own})
-            row = self.using(using).select_for_update().get(job_name=job_name)
+            row = rows.select_for_update().get()
         limits = _limits(row)
         room = 1 << 30
         locks = iq.GroupLock.objects.using(using).filter(job_name=job_name)

@@ -1,0 +1,177 @@
+"""Claims of jobs with caps or rate limits (``@job(max_concurrency=...,
+max_concurrency_per_node=..., rate_limit=...)``), for one scheduling thread.
+
+A limited claim locks the job's ``JobLimit`` row so that claims of the job count one at a time
+(docs/howto/job-limits.md). In a fleet of dozens of processes that row is what they would all
+wait on, so a pass first looks without locking anything: one EXISTS per limited job for an
+entry ready in the queue, one query for what they run now (and one for recent starts if a job
+has a rate limit). Only a job this look finds room for is claimed under its row's lock, which
+counts again, and a row another claim holds is skipped, not waited for. A job found with
+nothing ready, or at a limit, is not looked at again for a short while, unless work arrives or
+a claim of it finishes here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from django_iq.managers import Claim
+from django_iq.models import Entry, GroupLock, JobStart, Worker
+from django_iq.options import JobLimits
+
+# A job found at its cap or rate limit is looked at again after this long, or at once when a
+# claim of it finished here or took entries. A slot freed elsewhere is taken by its own
+# worker at once (its claim finished there), so a longer wait costs a capped job little, and a
+# fleet of dozens of processes does not count every job's running claims many times a second.
+LIMITED_RETRY_SECONDS = 0.5
+# A job found with no entry ready in a queue is looked for again after this long (or at once
+# when the listener hears of work in that queue).
+LIMITED_IDLE_SECONDS = 0.25
+
+
+class LimitedClaims:
+    """The limited jobs one scheduling thread claims, and when it looks at each again."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        limited_jobs: Mapping[str, JobLimits],
+        free_threads: Callable[[], int],
+    ) -> None:
+        self.worker = worker
+        self.jobs = dict(limited_jobs)
+        self.free_threads = free_threads
+        # finished() and heard_of() come from the processing threads and the listener.
+        self._lock = threading.Lock()
+        # (queue, job name) -> monotonic time before which it is not looked at.
+        self._full_until: dict[tuple[str, str], float] = {}
+        self._idle_until: dict[tuple[str, str], float] = {}
+        # (queue, job name) found with room while no processing thread was free.
+        self._room_seen: set[tuple[str, str]] = set()
+        # Whether the last look found a limited job with entries ready and room for them:
+        # while it did, other claims leave a processing thread free for it (no prefetch).
+        self.wants_a_thread = False
+
+    def claim(self, queue: str, slots: int) -> list[Claim]:
+        """Claims of limited jobs with entries ready in ``queue``, within their limits and the
+        processing threads free now (a claim counts as a start: none waits in the prefetch).
+
+        A job is looked at (the unlocked queries) at most every ``LIMITED_RETRY_SECONDS``
+        unless its last claim here took entries or one of its runs here finished: so a pass
+        made because a thread finished costs no query for a job at its limit. A job the last
+        look found room for, while no thread was free, is claimed at the next pass with a free
+        thread without looking again."""
+        self.wants_a_thread = False
+        if not self.jobs or slots <= 0:
+            return []
+        now = time.monotonic()
+        with self._lock:
+            roomy = sorted(name for q, name in self._room_seen if q == queue)
+            due = [
+                name
+                for name in self.jobs
+                if name not in roomy
+                and self._full_until.get((queue, name), 0.0) <= now
+                and self._idle_until.get((queue, name), 0.0) <= now
+            ]
+        if due:
+            roomy = sorted({*roomy, *self._look(queue, due, now)})
+        if not roomy:
+            return []
+        self.wants_a_thread = True
+        claims: list[Claim] = []
+        for name in roomy:
+            wanted = min(slots - len(claims), self.free_threads() - len(claims))
+            if wanted <= 0:
+                with self._lock:
+                    self._room_seen.add((queue, name))  # claimed once a thread is free
+                continue
+            with self._lock:
+                self._room_seen.discard((queue, name))
+            taken = Entry.objects.claim(
+                self.worker, wanted, queue, limited=(name, self.jobs[name]), is_capped=True
+            )
+            if taken:
+                self._wait(self._full_until, queue, name, 0.0)  # there may be more room
+            else:
+                self._wait(self._full_until, queue, name, LIMITED_RETRY_SECONDS)
+            claims += taken
+        return claims
+
+    def _look(self, queue: str, names: list[str], now: float) -> list[str]:
+        """The jobs of ``names`` with entries ready in ``queue`` and room by an unlocked count;
+        the others are not looked at again for a while."""
+        # One EXISTS per job: it stops at the job's first ready entry, where a DISTINCT over
+        # the queue would read every pending entry (and probe its lock) on each look.
+        waiting = Entry.objects.awaiting_compute().filter(queue_id=queue)
+        ready = {name for name in names if waiting.filter(job_name=name).exists()}
+        with self._lock:
+            for name in names:
+                if name not in ready:
+                    self._idle_until[(queue, name)] = now + LIMITED_IDLE_SECONDS
+        if not ready:
+            return []
+        room = self._room_by_count(sorted(ready))
+        with self._lock:
+            for name in ready:
+                if room[name] <= 0:
+                    self._full_until[(queue, name)] = now + LIMITED_RETRY_SECONDS
+        return [name for name in sorted(ready) if room[name] > 0]
+
+    def _room_by_count(self, names: list[str]) -> dict[str, int]:
+        """The room of each job by the limits registered here and an unlocked count of its
+        running claims and recent starts: a claim under the row's lock counts again."""
+        node = self.worker.host
+        running: dict[str, int] = {}
+        on_node: dict[str, int] = {}
+        rows = (
+            GroupLock.objects.filter(job_name__in=names)
+            .values_list("job_name")
+            .annotate(n=Count("pk"), here=Count("pk", filter=Q(worker__host=node)))
+        )
+        for name, count, here in rows:
+            running[name], on_node[name] = count, here
+        windows = Q()
+        for name in names:
+            period = self.jobs[name].rate_period_seconds
+            if self.jobs[name].rate_count is not None and period is not None:
+                since = timezone.now() - timedelta(seconds=period)
+                windows |= Q(job_name=name, started_at__gt=since)
+        recent: dict[str, int] = {}
+        if windows:
+            starts = JobStart.objects.filter(windows).values_list("job_name")
+            recent = dict(starts.annotate(n=Count("pk")))
+        room: dict[str, int] = {}
+        for name in names:
+            limits = self.jobs[name]
+            left = 1 << 30
+            if limits.max_concurrency is not None:
+                left = min(left, limits.max_concurrency - running.get(name, 0))
+            if limits.max_concurrency_per_node is not None:
+                left = min(left, limits.max_concurrency_per_node - on_node.get(name, 0))
+            if limits.rate_count is not None:
+                left = min(left, limits.rate_count - recent.get(name, 0))
+            room[name] = left
+        return room
+
+    def _wait(self, until: dict[tuple[str, str], float], queue: str, name: str, s: float) -> None:
+        with self._lock:
+            until[(queue, name)] = time.monotonic() + s
+
+    def finished(self, job_name: str) -> None:
+        """A claim of ``job_name`` finished here: it may have room again at once."""
+        with self._lock:
+            for key in [key for key in self._full_until if key[1] == job_name]:
+                del self._full_until[key]
+
+    def heard_of(self, queue: str | None) -> None:
+        """Work arrived in ``queue`` (None: anywhere): look for its limited jobs again."""
+        with self._lock:
+            for key in [key for key in self._idle_until if queue is None or key[0] == queue]:
+                del self._idle_until[key]
