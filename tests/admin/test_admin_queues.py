@@ -109,7 +109,6 @@ def test_each_count_links_to_a_list_of_as_many_entries_as_it_counts(
         "pending": 7,
         "disabled": 1,
         "computing": 4,
-        "running": 2,
         "awaiting_compute": 3,
     }
     for count, response in listed.values():
