@@ -147,18 +147,12 @@ class LimitedClaims:
         if windows:
             starts = JobStart.objects.filter(windows).values_list("job_name")
             recent = dict(starts.annotate(n=Count("pk")))
-        room: dict[str, int] = {}
-        for name in names:
-            limits = self.jobs[name]
-            left = 1 << 30
-            if limits.max_concurrency is not None:
-                left = min(left, limits.max_concurrency - running.get(name, 0))
-            if limits.max_concurrency_per_node is not None:
-                left = min(left, limits.max_concurrency_per_node - on_node.get(name, 0))
-            if limits.rate_count is not None:
-                left = min(left, limits.rate_count - recent.get(name, 0))
-            room[name] = left
-        return room
+        return {
+            name: self.jobs[name].room(
+                running.get(name, 0), on_node.get(name, 0), recent.get(name, 0)
+            )
+            for name in names
+        }
 
     def _wait(self, until: dict[tuple[str, str], float], queue: str, name: str, s: float) -> None:
         with self._lock:

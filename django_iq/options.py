@@ -450,6 +450,19 @@ class JobLimits:
     rate_count: int | None = None
     rate_period_seconds: float | None = None
 
+    def room(self, running: int, running_on_node: int, recent_starts: int) -> int:
+        """Claims these limits leave with ``running`` claims in the cluster, ``running_on_node``
+        on the claimer's node and ``recent_starts`` in the rate window (a count a limit does
+        not use is not read); may be negative."""
+        left = 1 << 30
+        if self.max_concurrency is not None:
+            left = min(left, self.max_concurrency - running)
+        if self.max_concurrency_per_node is not None:
+            left = min(left, self.max_concurrency_per_node - running_on_node)
+        if self.rate_count is not None and self.rate_period_seconds is not None:
+            left = min(left, self.rate_count - recent_starts)
+        return left
+
 
 class JobCatalog(Protocol):
     """What the managers ask of the registered jobs; ``django_iq.registry.catalog`` is the one

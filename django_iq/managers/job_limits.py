@@ -74,17 +74,16 @@ class JobLimitManager(models.Manager["JobLimit"]):
             self.publish({job_name: own})
             row = rows.select_for_update().get()
         limits = _limits(row)
-        room = 1 << 30
         locks = iq.GroupLock.objects.using(using).filter(job_name=job_name)
-        if limits.max_concurrency is not None:
-            room = min(room, limits.max_concurrency - locks.count())
-        if limits.max_concurrency_per_node is not None:
-            on_node = locks.filter(worker__host=node).count() if node is not None else 0
-            room = min(room, limits.max_concurrency_per_node - on_node)
+        # Only the counts a limit uses are read.
+        running = locks.count() if limits.max_concurrency is not None else 0
+        on_node = 0
+        if limits.max_concurrency_per_node is not None and node is not None:
+            on_node = locks.filter(worker__host=node).count()
+        recent = 0
         if limits.rate_count is not None and limits.rate_period_seconds is not None:
             recent = self._starts(using, job_name, limits.rate_period_seconds)
-            room = min(room, limits.rate_count - recent)
-        return max(0, room), limits.rate_count is not None
+        return max(0, limits.room(running, on_node, recent)), limits.rate_count is not None
 
     def _starts(self, using: str, job_name: str, period_seconds: float) -> int:
         """Starts of the job within the last period, by the database's clock; older ones go."""
