@@ -28,7 +28,9 @@ def start_workers(per_node: int = 2) -> list[Command]:
             "--burst",
             "--threads",
             "3",
-            env=command_env(DJANGO_IQ_HOST_NAME=node),
+            # No leader runs here: a long silence limit, so that a heartbeat waiting seconds
+            # for SQLite's one write lock under load does not fence a worker (status 5).
+            env=command_env(DJANGO_IQ_HOST_NAME=node, DJANGO_IQ_WORKER_SILENT_AFTER_SECONDS="20"),
         )
         for node in ("node-a", "node-b")
         for _ in range(per_node)

@@ -87,7 +87,8 @@ def ran(token: str) -> list[str]:
 
 
 def start(module: Module) -> Command:
-    return start_command("runworker", "--reload", "--threads", "2", env=module.env)
+    # At INFO: a failure shows which file change the reloader saw and how the worker stopped.
+    return start_command("runworker", "--reload", "--threads", "2", "-v", "2", env=module.env)
 
 
 def test_a_changed_jobs_module_is_run_after_the_running_job_finished(tmp_path: Path) -> None:
