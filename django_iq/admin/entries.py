@@ -28,7 +28,7 @@ from django_iq.admin.common import (
     time_column,
 )
 from django_iq.managers import EntryQuerySet
-from django_iq.managers.entries import lock_held, lock_held_by_live_worker, lock_running_it
+from django_iq.managers.entry_states import lock_held, lock_held_by_live_worker, lock_running_it
 from django_iq.models import DisabledJob, Entry, GroupLock
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.states import (

@@ -50,7 +50,7 @@ from django_iq.api.serializers import (
     outcome_dict,
     queue_dict,
 )
-from django_iq.managers.entries import lock_held, lock_held_by_live_worker
+from django_iq.managers.entry_states import lock_held, lock_held_by_live_worker
 from django_iq.managers.jobstats import window_start
 from django_iq.models import (
     DisabledJob,

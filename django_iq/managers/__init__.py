@@ -4,9 +4,12 @@ the lease, cron jobs, task results and unique keys), one module per model family
 from django_iq.managers.attempts import Failure, Success
 from django_iq.managers.audit import OperatorActionManager
 from django_iq.managers.batches import BatchManager
+from django_iq.managers.claims import Claim
+from django_iq.managers.common import ENQUEUE_BATCH_SIZE
 from django_iq.managers.cron import CronJobManager
 from django_iq.managers.dependencies import EntryDependencyManager
-from django_iq.managers.entries import ENQUEUE_BATCH_SIZE, Claim, EntryManager, EntryQuerySet
+from django_iq.managers.entries import EntryManager
+from django_iq.managers.entry_states import EntryQuerySet
 from django_iq.managers.errors import EntryErrorManager, EntryErrorQuerySet
 from django_iq.managers.job_limits import JobLimitManager
 from django_iq.managers.jobstats import JobMinuteManager, JobStats, JobTally

@@ -11,7 +11,7 @@ from django.db.models import Count, Exists, OuterRef, Q
 
 from django_iq.appmodels import iq
 from django_iq.exceptions import QueueNotFound
-from django_iq.managers.entries import lock_held, lock_held_by_live_worker, lock_running_it
+from django_iq.managers.entry_states import lock_held, lock_held_by_live_worker, lock_running_it
 from django_iq.options import JobCatalog, settings_queues
 from django_iq.queries import snapshot_reads
 from django_iq.states import EntryState
