@@ -2,8 +2,8 @@
 run now, requeue and delete failed entries' error records, pause, resume and compact queues,
 disable and enable jobs, run cron jobs now and delete them, issue and revoke API tokens. The
 admin, the API and the ``iq_*`` commands call these functions; each returns an
-``ActionResult`` (done, skipped with reasons, not found) worded one way, and writes one
-``OperatorAction`` audit record in the same transaction, whichever door it came through.
+``ActionResult`` (done, skipped with reasons, not found) worded one way, and writes its audit
+record through ``django_iq.audit`` in the same transaction, whichever door it came through.
 
 Permissions are checked by the doors (the admin's, the API's and the same permission names);
 commands run with the rights of whoever can run ``manage.py``.
@@ -11,19 +11,16 @@ commands run with the rights of whoever can run ``manage.py``.
 
 from __future__ import annotations
 
-import getpass
 import logging
-import os
-import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import router, transaction
-from django.http import HttpRequest
 
-from django_iq import compaction
+from django_iq import audit, compaction
+from django_iq.audit import Actor
 from django_iq.exceptions import JobNotRegistered, QueueNotFound
 from django_iq.models import (
     ApiToken,
@@ -31,7 +28,6 @@ from django_iq.models import (
     DisabledJob,
     Entry,
     EntryError,
-    OperatorAction,
     Queue,
 )
 from django_iq.registry import catalog, get_job
@@ -53,31 +49,6 @@ ALREADY_DISABLED = "already disabled"
 ALREADY_ENABLED = "already enabled"
 CRON_NOT_STARTED = "disabled, done, or already pending or running"
 ALREADY_REVOKED = "already revoked"
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who acts, and through which door (``OperatorAction.Door``)."""
-
-    door: str
-    name: str
-    user_pk: Any = None
-
-    @classmethod
-    def of_request(cls, request: HttpRequest, door: str) -> Actor:
-        user = request.user
-        return cls(door=door, name=user.get_username(), user_pk=user.pk)
-
-    @classmethod
-    def of_command(cls, command: str) -> Actor:
-        """The operating-system user running ``manage.py command`` on this host."""
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # no name for the uid (a container)
-            user = f"uid {os.getuid()}"
-        return cls(
-            door=OperatorAction.Door.COMMAND, name=f"{user}@{socket.gethostname()} ({command})"
-        )
 
 
 @dataclass
@@ -142,30 +113,6 @@ class ActionResult:
         }
 
 
-def _audited(outcome: ActionResult, actor: Actor, target: str) -> ActionResult:
-    """Write the audit record of ``outcome`` (inside the action's transaction) and log it."""
-    logger.info(
-        "operator action=%s door=%s actor=%s target=%s: %s",
-        outcome.action,
-        actor.door,
-        actor.name,
-        target,
-        outcome.message,
-    )
-    OperatorAction.objects.record(
-        door=actor.door,
-        actor=actor.name,
-        user_pk=actor.user_pk,
-        action=outcome.action,
-        target=target,
-        done=outcome.done_count,
-        skipped=len(outcome.skipped),
-        not_found=len(outcome.not_found),
-        message=outcome.message,
-    )
-    return outcome
-
-
 def _atomic() -> Any:
     return transaction.atomic(using=router.db_for_write(Entry))
 
@@ -196,7 +143,7 @@ def cancel(ids: Iterable[int], actor: Actor) -> ActionResult:
             not_found=[pk for pk in wanted if pk not in set(done) and pk not in running],
             not_found_hint="finished, failed for good or already cancelled",
         )
-        return _audited(outcome, actor, f"entries {_listed(wanted)}")
+        return audit.record(outcome, actor, f"entries {_listed(wanted)}")
 
 
 def run_now(ids: Iterable[int], actor: Actor) -> ActionResult:
@@ -220,7 +167,7 @@ def run_now(ids: Iterable[int], actor: Actor) -> ActionResult:
             not_found=[pk for pk in wanted if pk not in states],
             not_found_hint="finished, failed for good or cancelled",
         )
-        return _audited(outcome, actor, f"entries {_listed(wanted)}")
+        return audit.record(outcome, actor, f"entries {_listed(wanted)}")
 
 
 # -- failed entries --------------------------------------------------------------------------
@@ -253,7 +200,7 @@ def requeue(error_ids: Iterable[int], actor: Actor) -> ActionResult:
             not_found_hint="no such error record, or pruned",
             created=[entry.pk for entry in created],
         )
-        return _audited(outcome, actor, f"error records {_listed(wanted)}")
+        return audit.record(outcome, actor, f"error records {_listed(wanted)}")
 
 
 def requeue_matching(
@@ -299,7 +246,7 @@ def _requeue_matching(
             detail=detail,
             counted=count,
         )
-        return _audited(outcome, actor, f"failed entries{detail or ' (all)'}")
+        return audit.record(outcome, actor, f"failed entries{detail or ' (all)'}")
 
 
 # -- queues ----------------------------------------------------------------------------------
@@ -332,7 +279,7 @@ def _set_paused(names: list[str], actor: Actor, *, paused: bool) -> ActionResult
                 outcome.done.append(name)
             else:
                 outcome.skipped[name] = ALREADY_PAUSED if paused else NOT_PAUSED
-        return _audited(outcome, actor, f"queues {_listed(names)}")
+        return audit.record(outcome, actor, f"queues {_listed(names)}")
 
 
 def compact(
@@ -368,7 +315,7 @@ def compact(
         target = f"queues {_listed(names)}" if names is not None else "all queues"
         if job is not None:
             target += f", job {job}"
-        return _audited(outcome, actor, target)
+        return audit.record(outcome, actor, target)
 
 
 # -- jobs ------------------------------------------------------------------------------------
@@ -403,7 +350,7 @@ def disable(job_names: Iterable[str], actor: Actor) -> ActionResult:
                 outcome.skipped[name] = ALREADY_DISABLED
             else:
                 outcome.done.append(name)
-        return _audited(outcome, actor, f"jobs {_listed(names)}")
+        return audit.record(outcome, actor, f"jobs {_listed(names)}")
 
 
 def enable(job_names: Iterable[str], actor: Actor) -> ActionResult:
@@ -421,7 +368,7 @@ def enable(job_names: Iterable[str], actor: Actor) -> ActionResult:
                 outcome.notes[name] = f" ({plural(changed, 'entry', 'entries')})"
             else:
                 outcome.skipped[name] = NOT_DISABLED
-        return _audited(outcome, actor, f"jobs {_listed(names)}")
+        return audit.record(outcome, actor, f"jobs {_listed(names)}")
 
 
 # -- cron jobs -------------------------------------------------------------------------------
@@ -437,7 +384,7 @@ def run_cron_now(cron_jobs: Iterable[CronJob], actor: Actor) -> ActionResult:
                 outcome.done.append(cron_job.name)
             else:
                 outcome.skipped[cron_job.name] = CRON_NOT_STARTED
-        return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
+        return audit.record(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
 
 
 def set_cron_enabled(cron_jobs: Iterable[CronJob], enabled: bool, actor: Actor) -> ActionResult:
@@ -457,7 +404,7 @@ def set_cron_enabled(cron_jobs: Iterable[CronJob], enabled: bool, actor: Actor) 
             for c in chosen
             if c not in targets
         }
-        return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
+        return audit.record(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
 
 
 def delete_errors(ids: Iterable[int], actor: Actor) -> ActionResult:
@@ -472,7 +419,7 @@ def delete_errors(ids: Iterable[int], actor: Actor) -> ActionResult:
             done=done,
             not_found=[pk for pk in wanted if pk not in set(done)],
         )
-        return _audited(outcome, actor, f"error records {_listed(wanted)}")
+        return audit.record(outcome, actor, f"error records {_listed(wanted)}")
 
 
 def delete_cron_jobs(cron_jobs: Iterable[CronJob], actor: Actor) -> ActionResult:
@@ -491,7 +438,7 @@ def delete_cron_jobs(cron_jobs: Iterable[CronJob], actor: Actor) -> ActionResult
             done=[c.name for c in chosen if c.pk in stored],
             not_found=[c.name for c in chosen if c.pk not in stored],
         )
-        return _audited(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
+        return audit.record(outcome, actor, f"cron jobs {_listed([c.name for c in chosen])}")
 
 
 def save_cron_job(
@@ -511,7 +458,7 @@ def save_cron_job(
         outcome.done = [cron_job.name]
         if not created:
             outcome.notes[cron_job.name] = f" ({', '.join(fields) or 'nothing changed'})"
-        return _audited(outcome, actor, f"cron job {cron_job.name}: {cron_job.describe()}")
+        return audit.record(outcome, actor, f"cron job {cron_job.name}: {cron_job.describe()}")
 
 
 # -- API tokens ------------------------------------------------------------------------------
@@ -529,7 +476,7 @@ def issue_token(
             "issue_token", "Issued", ("API token", "API tokens"), done=[str(row)]
         )
         outcome.detail = f" for {user.get_username()}"
-        _audited(outcome, actor, f"API token {row.pk}")
+        audit.record(outcome, actor, f"API token {row.pk}")
         return row, token
 
 
@@ -547,7 +494,7 @@ def revoke_tokens(ids: Iterable[int], actor: Actor) -> ActionResult:
             skipped=dict.fromkeys((labels[pk] for pk in already), ALREADY_REVOKED),
             not_found=[pk for pk in wanted if pk not in labels],
         )
-        return _audited(outcome, actor, f"API tokens {_listed(wanted)}")
+        return audit.record(outcome, actor, f"API tokens {_listed(wanted)}")
 
 
 def _listed(items: Sequence[Any]) -> str:

@@ -70,6 +70,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "alarms",
             "api",
             "apps",
+            "audit",
             "backends",
             "token_auth",
             "checks",

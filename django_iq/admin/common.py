@@ -5,12 +5,10 @@ every list fit a 1280 px window with the navigation sidebar open."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import LogEntry
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
@@ -21,7 +19,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_iq import operations
+from django_iq.audit import Actor
 from django_iq.bounds import text_problem
 from django_iq.models import OperatorAction
 from django_iq.operations import ActionResult
@@ -204,24 +202,9 @@ class ActionOnlyAdmin(IQModelAdmin):
         return super().has_change_permission(request, obj)
 
 
-def log_objects(
-    request: HttpRequest, objects: Iterable[Model], message: str, flag: int
-) -> list[LogEntry]:
-    """Write one admin log entry (``LogEntry``) per object, in one insert.
-
-    ``flag`` is ``ADDITION``, ``CHANGE`` or ``DELETION`` from ``django.contrib.admin.models``.
-    """
-    rows = list(objects)
-    if not rows or request.user.pk is None:
-        return []
-    return LogEntry.objects.log_actions(
-        user_id=request.user.pk, queryset=rows, action_flag=flag, change_message=message
-    )
-
-
-def admin_actor(request: HttpRequest) -> operations.Actor:
+def admin_actor(request: HttpRequest) -> Actor:
     """The signed-in user acting through the admin."""
-    return operations.Actor.of_request(request, OperatorAction.Door.ADMIN)
+    return Actor.of_request(request, OperatorAction.Door.ADMIN)
 
 
 def report_outcome(

@@ -11,7 +11,6 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, Field, OuterRef, QuerySet
 from django.forms.fields import InvalidJSONInput
@@ -21,14 +20,13 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_iq import operations
+from django_iq import audit, operations
 from django_iq.admin.common import (
     IQModelAdmin,
     admin_actor,
     cut,
     cut_column,
     job_column,
-    log_objects,
     report_outcome,
     short_time,
     time_column,
@@ -387,14 +385,22 @@ class CronJobAdmin(IQModelAdmin):
         chosen = {cron_job.name: cron_job for cron_job in queryset}
         outcome = operations.set_cron_enabled(chosen.values(), enabled, admin_actor(request))
         verb = "Enabled" if enabled else "Disabled"
-        log_objects(request, [chosen[n] for n in outcome.done], f"{verb} the cron job.", CHANGE)
+        audit.admin_log(
+            admin_actor(request),
+            [chosen[n] for n in outcome.done],
+            "change",
+            f"{verb} the cron job.",
+        )
         report_outcome(self, request, outcome)
 
     @admin.action(description="Run selected cron jobs now", permissions=["change"])
     def run_cron_jobs_now(self, request: HttpRequest, queryset: QuerySet[CronJob]) -> None:
         chosen = {cron_job.name: cron_job for cron_job in queryset}
         outcome = operations.run_cron_now(chosen.values(), admin_actor(request))
-        log_objects(
-            request, [chosen[n] for n in outcome.done], "Made its entry pending now.", CHANGE
+        audit.admin_log(
+            admin_actor(request),
+            [chosen[n] for n in outcome.done],
+            "change",
+            "Made its entry pending now.",
         )
         report_outcome(self, request, outcome)

@@ -8,14 +8,13 @@ from typing import Any, cast
 from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.contrib.admin.models import ADDITION, CHANGE, DELETION
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_iq import operations, permissions
+from django_iq import audit, operations, permissions
 from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
@@ -23,7 +22,6 @@ from django_iq.admin.common import (
     admin_actor,
     cut,
     job_column,
-    log_objects,
     report_outcome,
     time_column,
 )
@@ -216,7 +214,12 @@ class EntryAdmin(ActionOnlyAdmin):
     def disable_jobs(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
         outcome = operations.disable(self._job_names(queryset), admin_actor(request))
         for row in DisabledJob.objects.filter(job_name__in=outcome.done):
-            log_objects(request, [row], f"Disabled the job{outcome.notes[row.job_name]}.", ADDITION)
+            audit.admin_log(
+                admin_actor(request),
+                [row],
+                "addition",
+                f"Disabled the job{outcome.notes[row.job_name]}.",
+            )
         report_outcome(self, request, outcome)
 
     @admin.action(description="Enable the jobs of selected entries", permissions=["change"])
@@ -228,7 +231,12 @@ class EntryAdmin(ActionOnlyAdmin):
         selected = list(queryset.only("pk", "job_name", "state"))
         outcome = operations.run_now([entry.pk for entry in selected], admin_actor(request))
         done = set(outcome.done)
-        log_objects(request, [e for e in selected if e.pk in done], "Made pending now.", CHANGE)
+        audit.admin_log(
+            admin_actor(request),
+            [e for e in selected if e.pk in done],
+            "change",
+            "Made pending now.",
+        )
         report_outcome(self, request, outcome)
 
     @admin.action(description="Cancel selected entries", permissions=["cancel"])
@@ -236,7 +244,9 @@ class EntryAdmin(ActionOnlyAdmin):
         selected = list(queryset.only("pk", "job_name", "state"))
         outcome = operations.cancel([entry.pk for entry in selected], admin_actor(request))
         done = set(outcome.done)
-        log_objects(request, [e for e in selected if e.pk in done], "Cancelled.", DELETION)
+        audit.admin_log(
+            admin_actor(request), [e for e in selected if e.pk in done], "deletion", "Cancelled."
+        )
         report_outcome(self, request, outcome)
 
 
@@ -248,7 +258,9 @@ def enable_jobs(
     rows = {row.job_name: row for row in DisabledJob.objects.filter(job_name__in=list(names))}
     outcome = operations.enable(names, admin_actor(request))
     for name in outcome.done:
-        log_objects(request, [rows[name]], f"Enabled the job{outcome.notes[name]}.", DELETION)
+        audit.admin_log(
+            admin_actor(request), [rows[name]], "deletion", f"Enabled the job{outcome.notes[name]}."
+        )
     report_outcome(model_admin, request, outcome)
 
 

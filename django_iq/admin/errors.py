@@ -6,20 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.models import CHANGE
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_iq import operations, permissions
+from django_iq import audit, operations, permissions
 from django_iq.admin.common import (
     ActionOnlyAdmin,
     EstimatedCountPaginator,
     admin_actor,
     clip,
     job_column,
-    log_objects,
     report_outcome,
     time_column,
 )
@@ -132,11 +130,11 @@ class EntryErrorAdmin(ActionOnlyAdmin):
         selected = list(queryset)
         outcome = operations.requeue([error.pk for error in selected], admin_actor(request))
         done = set(outcome.done)
-        log_objects(
-            request,
+        audit.admin_log(
+            admin_actor(request),
             [error for error in selected if error.pk in done],
+            "change",
             "Requeued as a new pending entry.",
-            CHANGE,
         )
         report_outcome(self, request, outcome)
 
@@ -153,5 +151,7 @@ class EntryErrorAdmin(ActionOnlyAdmin):
                 admin_actor(request), job=job_name, exception_class=exception_class
             )
             example = queryset.filter(job_name=job_name, exception_class=exception_class).first()
-            log_objects(request, [example] if example else [], outcome.message, CHANGE)
+            audit.admin_log(
+                admin_actor(request), [example] if example else [], "change", outcome.message
+            )
             report_outcome(self, request, outcome)

@@ -9,7 +9,6 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.contrib.admin.models import CHANGE
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Field, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -19,8 +18,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
-from django_iq import operations, permissions
-from django_iq.admin.common import LIST_CSS, admin_actor, cut_column, log_objects, report_outcome
+from django_iq import audit, operations, permissions
+from django_iq.admin.common import LIST_CSS, admin_actor, cut_column, report_outcome
 from django_iq.dashboard.links import Links
 from django_iq.dashboard.views import job_stats_view
 from django_iq.managers import QueueStats
@@ -208,7 +207,12 @@ class QueueAdmin(admin.ModelAdmin):
         queues = {queue.name: queue for queue in queryset}
         outcome = act(list(queues), admin_actor(request))
         verb = "Paused" if paused else "Resumed"
-        log_objects(request, [queues[name] for name in outcome.done], f"{verb} the queue.", CHANGE)
+        audit.admin_log(
+            admin_actor(request),
+            [queues[name] for name in outcome.done],
+            "change",
+            f"{verb} the queue.",
+        )
         report_outcome(self, request, outcome)
 
     @admin.action(description="Compact waiting entries", permissions=["pause"])
@@ -218,7 +222,9 @@ class QueueAdmin(admin.ModelAdmin):
         queues = {queue.name: queue for queue in queryset}
         outcome = operations.compact(admin_actor(request), queues=list(queues))
         if outcome.done:
-            log_objects(request, list(queues.values()), outcome.message[:1000], CHANGE)
+            audit.admin_log(
+                admin_actor(request), list(queues.values()), "change", outcome.message[:1000]
+            )
         report_outcome(self, request, outcome)
 
     # -- dashboard ---------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.contrib.admin.models import CHANGE
 from django.contrib.admin.widgets import ForeignKeyRawIdWidget
 from django.contrib.auth import get_user_model
 from django.db.models import ForeignKey, QuerySet
@@ -22,13 +21,12 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.safestring import SafeString
 
-from django_iq import operations, permissions
+from django_iq import audit, operations, permissions
 from django_iq.admin.common import (
     IQModelAdmin,
     admin_actor,
     cut,
     cut_column,
-    log_objects,
     report_outcome,
     time_column,
 )
@@ -252,5 +250,5 @@ class ApiTokenAdmin(IQModelAdmin):
         rows = {row.pk: row for row in queryset}
         outcome = operations.revoke_tokens(list(rows), admin_actor(request))
         revoked = [row for row in rows.values() if str(row) in set(outcome.done)]
-        log_objects(request, revoked, "Revoked the API token.", CHANGE)
+        audit.admin_log(admin_actor(request), revoked, "change", "Revoked the API token.")
         report_outcome(self, request, outcome)

@@ -4,17 +4,16 @@ records who changed what in Django's admin log, and answers JSON."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
-from django.apps import apps
 from django.db import transaction
-from django.db.models import Model, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
 
-from django_iq import operations, permissions
+from django_iq import audit, operations, permissions
 from django_iq.api import openapi
 from django_iq.api.endpoint import (
     ApiError,
@@ -50,6 +49,7 @@ from django_iq.api.serializers import (
     outcome_dict,
     queue_dict,
 )
+from django_iq.audit import Actor
 from django_iq.managers.entry_states import lock_held, lock_held_by_live_worker
 from django_iq.managers.jobstats import window_start
 from django_iq.models import (
@@ -65,32 +65,11 @@ from django_iq.models import (
 from django_iq.snapshot import read_snapshot
 
 REQUEUE_FILTER_KEYS = ("job", "exception_class", "queue")
-Action = Literal["addition", "change", "deletion"]
 
 
-def _user_id(request: HttpRequest) -> int | str:
-    user_id = request.user.pk
-    if user_id is None:  # Endpoint refuses anonymous users before any view runs.
-        raise ApiError(401, "Authentication required.")
-    return user_id
-
-
-def _actor(request: HttpRequest) -> operations.Actor:
+def _actor(request: HttpRequest) -> Actor:
     """The signed-in user acting through the API."""
-    return operations.Actor.of_request(request, OperatorAction.Door.API)
-
-
-def _log(request: HttpRequest, objects: Sequence[Model], action: Action, message: str) -> None:
-    """Record in Django's admin log that the request's user did ``action`` to each object (when
-    the admin is installed: its LogEntry model is the log)."""
-    if not objects or not apps.is_installed("django.contrib.admin"):
-        return
-    from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
-
-    flag = {"addition": ADDITION, "change": CHANGE, "deletion": DELETION}[action]
-    LogEntry.objects.log_actions(
-        user_id=_user_id(request), queryset=objects, action_flag=flag, change_message=message
-    )
+    return Actor.of_request(request, OperatorAction.Door.API)
 
 
 def _listing(
@@ -178,10 +157,11 @@ def entry_cancel(request: HttpRequest) -> HttpResponseBase:
 def _cancel(request: HttpRequest, ids: list[int], *, single: bool) -> HttpResponseBase:
     with transaction.atomic():
         wanted = list(Entry.objects.filter(pk__in=ids).only("pk", "job_name", "state"))
-        outcome = operations.cancel(ids, _actor(request))
+        actor = _actor(request)
+        outcome = operations.cancel(ids, actor)
         done = set(outcome.done)
-        _log(
-            request,
+        audit.admin_log(
+            actor,
             [entry for entry in wanted if entry.pk in done],
             "deletion",
             "Cancelled through the django_iq API.",
@@ -240,9 +220,10 @@ def error_requeue(request: HttpRequest) -> HttpResponseBase:
             raise ApiError(400, f"Give either ids or filters, not both: {example}.")
         ids = read_ids(body["ids"])
         with transaction.atomic():
-            outcome = operations.requeue(ids, _actor(request))
+            actor = _actor(request)
+            outcome = operations.requeue(ids, actor)
             created = list(Entry.objects.filter(pk__in=outcome.created))
-            _log(request, created, "addition", "Requeued through the django_iq API.")
+            audit.admin_log(actor, created, "addition", "Requeued through the django_iq API.")
         return JsonResponse(
             {
                 "requeued": outcome.done_count,
@@ -264,32 +245,23 @@ def error_requeue(request: HttpRequest) -> HttpResponseBase:
         if not isinstance(value, str) or not value:
             raise InvalidParameter(key, value, "a non-empty string")
     with transaction.atomic():
+        actor = _actor(request)
         outcome = operations.requeue_matching(
-            _actor(request),
+            actor,
             job=matching.get("job"),
             exception_class=matching.get("exception_class"),
             queue=matching.get("queue"),
         )
-        if outcome.done_count and apps.is_installed("django.contrib.admin"):
-            _log_matching(request, matching, outcome.done_count)
+        if outcome.done_count:
+            described = " ".join(f"{key}={value}" for key, value in matching.items())
+            audit.admin_log_described(
+                actor,
+                EntryError,
+                f"failed entries matching {described}",
+                f"Requeued {outcome.done_count} failed entries through the django_iq API.",
+            )
     return JsonResponse(
         {"requeued": outcome.done_count, "matching": matching, "message": outcome.message}
-    )
-
-
-def _log_matching(request: HttpRequest, matching: dict[str, Any], count: int) -> None:
-    """One admin log entry for a requeue by filters: it names the filters, not each record."""
-    from django.contrib.admin.models import CHANGE, LogEntry
-    from django.contrib.contenttypes.models import ContentType
-
-    described = " ".join(f"{key}={value}" for key, value in matching.items())
-    LogEntry.objects.create(
-        user_id=_user_id(request),
-        content_type=ContentType.objects.get_for_model(EntryError),
-        object_id=None,
-        object_repr=f"failed entries matching {described}"[:200],
-        action_flag=CHANGE,
-        change_message=f"Requeued {count} failed entries through the django_iq API.",
     )
 
 
@@ -365,13 +337,14 @@ def _set_paused(request: HttpRequest, name: str, *, paused: bool) -> HttpRespons
     parse_query(request.GET, ())
     act = operations.pause if paused else operations.resume
     with transaction.atomic():
-        outcome = act([name], _actor(request))
+        actor = _actor(request)
+        outcome = act([name], actor)
         if outcome.not_found:
             raise ApiError(404, f"Queue {name!r} does not exist.")
         if outcome.done:
             verb = "Paused" if paused else "Resumed"
-            _log(
-                request,
+            audit.admin_log(
+                actor,
                 [Queue.objects.get(name=name)],
                 "change",
                 f"{verb} through the django_iq API.",
@@ -406,13 +379,14 @@ def _set_disabled(request: HttpRequest, name: str, *, disabled: bool) -> HttpRes
     act = operations.disable if disabled else operations.enable
     with transaction.atomic():
         before = list(DisabledJob.objects.filter(job_name=name))
-        outcome = act([name], _actor(request))
+        actor = _actor(request)
+        outcome = act([name], actor)
         if outcome.done:
             # The admin log names the job by its DisabledJob row: added, or deleted.
             rows = list(DisabledJob.objects.filter(job_name=name)) if disabled else before
             verb = "Disabled" if disabled else "Enabled"
-            action: Action = "addition" if disabled else "deletion"
-            _log(request, rows, action, f"{verb} through the django_iq API.")
+            effect: audit.Effect = "addition" if disabled else "deletion"
+            audit.admin_log(actor, rows, effect, f"{verb} through the django_iq API.")
     return JsonResponse(
         {
             "job": name,
