@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psutil
 from django.db import connections, router, transaction
 
 from django_iq.acks import AckWriter
@@ -38,6 +37,7 @@ from django_iq.process import (
     process_name,
 )
 from django_iq.processing import Processor
+from django_iq.recycling import RecyclingBudget
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
 from django_iq.stuck import SessionTracker
@@ -135,12 +135,9 @@ class WorkerProcess(IQProcess):
         # The moving average of this worker's job durations (None until one has finished).
         self._job_seconds: float | None = None
         self._schedulers: list[Scheduler] = []
-        # Recycling: entries claimed so far, against max_jobs; the memory limit, in bytes.
-        self.max_jobs = max_jobs
-        self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
-        self._claimed_entries = 0
-        self._over_memory = False
-        self._memory_read_at = 0.0
+        # Recycling: the entries it may still claim (max_jobs, max_memory_mb); set once the
+        # budget is spent and every claim in hand finished, to exit with EXIT_RECYCLE.
+        self.budget = RecyclingBudget(self.name, max_jobs, max_memory_mb)
         self.recycling = False
         # Times jobs out; a job stuck past its timeout's grace period stops this process. Its
         # thread, which never waits on the database, also checks the fence (_check_fence).
@@ -195,8 +192,8 @@ class WorkerProcess(IQProcess):
             return 0
         capacity = self.processing_threads + (self.prefetch() if prefetch else 0)
         idle = max(0, capacity - self._busy - self.handover.qsize())
-        if self.max_jobs is not None or self.max_memory_bytes is not None:
-            idle = min(idle, self._claims_left())
+        if self.budget.limited:
+            idle = min(idle, self.budget.claims_left())
         return idle
 
     def free_threads(self) -> int:
@@ -204,36 +201,9 @@ class WorkerProcess(IQProcess):
         claims of jobs with caps or rate limits, where a claim counts as a start."""
         return self.idle_threads(prefetch=False)
 
-    def _claims_left(self) -> int:
-        """Entries this process may still claim before it is recycled (0 once over memory)."""
-        # A process over the limit from the start still runs what it claims first: it would
-        # otherwise be replaced by one just like it, forever, and run nothing.
-        if self.max_memory_bytes is not None and not self._over_memory and self._claimed_entries:
-            now = time.monotonic()
-            if now - self._memory_read_at >= 1.0:
-                self._memory_read_at = now
-                rss = psutil.Process().memory_info().rss
-                if rss > self.max_memory_bytes:
-                    self._over_memory = True
-                    logger.warning(
-                        "memory limit passed name=%s rss_mb=%.0f limit_mb=%.0f: finishing the "
-                        "jobs in hand, then exiting to be replaced",
-                        self.name,
-                        rss / 1048576,
-                        self.max_memory_bytes / 1048576,
-                    )
-        if self._over_memory:
-            return 0
-        if self.max_jobs is None:
-            return 1 << 30
-        with self._held_lock:
-            return max(0, self.max_jobs - self._claimed_entries)
-
     def _due_for_recycling(self) -> bool:
         """Out of claims (max_jobs or memory) with every claim in hand finished and written."""
-        if self.max_jobs is None and self.max_memory_bytes is None:
-            return False
-        return self._claims_left() == 0 and self._finished_locally()
+        return self.budget.spent() and self._finished_locally()
 
     def prefetch(self) -> int:
         """Claims that may wait in the hand-over queue beyond one per idle thread: while this
@@ -548,7 +518,7 @@ class WorkerProcess(IQProcess):
                     logger.info(
                         "recycling name=%s after %s entries: exiting to be replaced",
                         self.name,
-                        self._claimed_entries,
+                        self.budget.claimed,
                     )
                     self.recycling = True
                     self.stop()
@@ -561,7 +531,7 @@ class WorkerProcess(IQProcess):
     def _hand_over(self, claim: Claim) -> None:
         with self._held_lock:
             self._held.add(claim.lock_id)
-            self._claimed_entries += len(claim.entries)
+        self.budget.took(len(claim.entries))
         self.handover.put(claim)
 
     def _forget(self, claim: Claim) -> None:

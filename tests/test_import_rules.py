@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "oncommit",
             "process",
             "processing",
+            "recycling",
             "reloading",
             "scheduling",
             "stuck",
