@@ -11,6 +11,29 @@ def plural(count: int, singular: str, plural_form: str | None = None) -> str:
     return f"{count:,} {singular if count == 1 else plural_form or singular + 's'}"
 
 
+def duration(seconds: float | None, none: str = "-") -> str:
+    """A duration or an age, one wording on every surface (the admin, the dashboard, the
+    commands): ``"20 ms"``, ``"1.5 s"``, ``"42 s"``, ``"3 min 5 s"``, ``"2 h 10 min"``,
+    ``"3 d 4 h"``; ``none`` for None. Negative values (clocks a little apart) read as 0."""
+    if seconds is None:
+        return none
+    seconds = max(0.0, float(seconds))
+    if seconds == 0:
+        return "0 s"
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    if seconds < 10:
+        return f"{int(seconds * 10) / 10:g} s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86_400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    return f"{whole // 86_400} d {whole % 86_400 // 3600} h"
+
+
 def used_of(used: int, cap: int | None) -> str:
     """``"2 / 3"``: what is used of a cap; ``"-"`` when there is no cap."""
     return "-" if cap is None else f"{used} / {cap}"

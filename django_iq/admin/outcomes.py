@@ -18,6 +18,7 @@ from django_iq.admin.common import (
 )
 from django_iq.admin.entries import JobFilter
 from django_iq.models import Queue, RunOutcome
+from django_iq.wording import duration
 
 
 class QueueNameFilter(admin.SimpleListFilter):
@@ -69,5 +70,4 @@ class RunOutcomeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="duration")
     def duration(self, outcome: RunOutcome) -> str:
-        seconds = outcome.duration_seconds
-        return "-" if seconds is None else f"{seconds:,.3f} s"
+        return duration(outcome.duration_seconds)

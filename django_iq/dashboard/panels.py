@@ -10,36 +10,15 @@ from datetime import datetime
 from django_iq.managers.series import DepthPoint, LatencyPoint
 from django_iq.models import Entry, GroupLock, QueueDepthMinute, QueueLatencyMinute, Worker
 from django_iq.snapshot import LeaderView, age_seconds
+from django_iq.wording import duration
 
 # Running entries listed, longest running first; the rest are a link away.
 RUNNING_LIMIT = 20
 
 
 def format_age(seconds: float | None) -> str:
-    """Format a duration for people: ``"42 s"``, ``"3 min 5 s"``, ``"2 h 10 min"``, ``"3 d 4 h"``;
-    an empty string for None."""
-    if seconds is None:
-        return ""
-    whole = max(0, int(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60} s"
-    if whole < 86_400:
-        return f"{whole // 3600} h {whole % 3600 // 60} min"
-    return f"{whole // 86_400} d {whole % 86_400 // 3600} h"
-
-
-def format_duration(seconds: float | None) -> str:
-    """Format a job's run time: ``"20 ms"``, ``"1.5 s"``, then as ``format_age``; an empty
-    string for None."""
-    if seconds is None:
-        return ""
-    if seconds < 1:
-        return f"{seconds * 1000:.3g} ms"
-    if seconds < 60:
-        return f"{seconds:.3g} s"
-    return format_age(seconds)
+    """``wording.duration``, empty for None (a blank cell)."""
+    return duration(seconds, none="")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from django.utils.safestring import SafeString
 
 from django_iq.dashboard import charts
 from django_iq.dashboard.links import Links
-from django_iq.dashboard.panels import format_age, format_duration
+from django_iq.dashboard.panels import format_age
 from django_iq.managers.jobstats import JobStats
 from django_iq.snapshot import QueueView, WorkerView
 from django_iq.states import COUNTED_STATES
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:
     """``(stats, median, 95th percentile)`` of each job, the durations formatted for people."""
     return [
-        (stats, format_duration(stats.p50_seconds), format_duration(stats.p95_seconds))
-        for stats in job_stats
+        (stats, format_age(stats.p50_seconds), format_age(stats.p95_seconds)) for stats in job_stats
     ]
 
 

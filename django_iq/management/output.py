@@ -14,22 +14,7 @@ from django_iq.models import Queue
 from django_iq.registry import declared_queues
 from django_iq.snapshot import ServerSessions, Snapshot
 from django_iq.states import COUNTED_STATES
-from django_iq.wording import close_names
-
-
-def format_seconds(seconds: float | None) -> str:
-    """Format a duration compactly for a table: ``42s``, ``3m05s``, ``2h10m``, ``3d04h``;
-    ``-`` for None."""
-    if seconds is None:
-        return "-"
-    whole = int(max(0.0, seconds))
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86_400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86_400}d{whole % 86_400 // 3600:02d}h"
+from django_iq.wording import close_names, duration
 
 
 def format_time(moment: datetime) -> str:
@@ -74,7 +59,7 @@ def render_text(status: Snapshot) -> str:
                 q.stats.queue,
                 "yes" if q.stats.is_paused else "no",
                 *(q.counts[name] for name in COUNTED_STATES),
-                format_seconds(q.oldest_waiting_seconds),
+                duration(q.oldest_waiting_seconds),
                 q.merged,
                 "ok" if q.stats.is_consistent else "BROKEN",
                 q.alarm.reason if q.alarm is not None else "-",
@@ -133,7 +118,7 @@ def render_text(status: Snapshot) -> str:
                 w.name,
                 w.role,
                 "live" if w.is_live else "dead",
-                f"{format_seconds(w.heartbeat_age_seconds)} ago",
+                f"{duration(w.heartbeat_age_seconds)} ago",
                 w.busy_threads,
                 w.idle_threads,
                 f"{w.cpu_percent:.0f}%",
@@ -156,7 +141,7 @@ def render_text(status: Snapshot) -> str:
             render_table(
                 ["JOB", ">WAITING", ">OLDEST WAITING"],
                 [
-                    [j.job_name, j.waiting, format_seconds(j.oldest_waiting_seconds)]
+                    [j.job_name, j.waiting, duration(j.oldest_waiting_seconds)]
                     for j in status.unserved_jobs
                 ],
             )
@@ -175,12 +160,12 @@ def _leader_line(status: Snapshot) -> str:
     left = (leader.expires_at - status.now).total_seconds()
     if leader.is_held:
         return (
-            f"{leader.holder}  epoch {leader.epoch}  lease expires in {format_seconds(left)} "
+            f"{leader.holder}  epoch {leader.epoch}  lease expires in {duration(left)} "
             f"({format_time(leader.expires_at)})"
         )
     return (
         f"None: the lease of {leader.holder} (epoch {leader.epoch}) expired "
-        f"{format_seconds(-left)} ago ({format_time(leader.expires_at)}); "
+        f"{duration(-left)} ago ({format_time(leader.expires_at)}); "
         "is manage.py runleader running?"
     )
 

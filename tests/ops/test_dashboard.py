@@ -23,6 +23,7 @@ from django_iq.dashboard.views import CHART_MINUTES, REFRESH_SECONDS, dashboard_
 from django_iq.managers import QueueTally
 from django_iq.managers.queue_metrics import minute_of
 from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, Worker
+from django_iq.wording import duration
 from django_iq.worker import WorkerProcess
 from tests.factories import EntryErrorFactory, EntryFactory, QueueFactory, WorkerFactory
 from tests.ops.test_prometheus import SERVER_SESSION_QUERIES
@@ -122,14 +123,20 @@ def drain() -> None:
     [
         (None, ""),
         (-2, "0 s"),
+        (0.0123, "12.3 ms"),
+        (1.56, "1.5 s"),
         (42.9, "42 s"),
         (185, "3 min 5 s"),
         (7_800, "2 h 10 min"),
         (273_600, "3 d 4 h"),
     ],
 )
-def test_format_age_reads_like_a_person_would_say_it(seconds: float | None, text: str) -> None:
+def test_durations_read_like_a_person_would_say_them_on_every_surface(
+    seconds: float | None, text: str
+) -> None:
     assert format_age(seconds) == text
+    # The commands and the admin say the same, with "-" for nothing.
+    assert duration(seconds) == (text or "-")
 
 
 # -- access ------------------------------------------------------------------------------------
