@@ -21,6 +21,7 @@ from django_iq.managers.jobstats import QUANTILES, JobStats
 from django_iq.managers.queue_metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
 from django_iq.models import JobMinute, QueueTotal, Worker
 from django_iq.snapshot import Snapshot, read_snapshot
+from django_iq.states import WORKER_STATES
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -30,7 +31,6 @@ MISSING_CLIENT_MESSAGE = (
     "The django_iq metrics endpoint needs the prometheus-client package, which is not "
     "installed. Install it with: pip install django-iq[prometheus]\n"
 )
-WORKER_STATES = ("live", "dead")
 # The gauges per job over the last hour: name, help text, labels.
 JOB_FAMILIES = (
     (
@@ -195,8 +195,9 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
 
     workers = GaugeMetricFamily(
         "django_iq_workers",
-        "Worker and leader processes by role and state: live (heartbeat within "
-        "WORKER_SILENT_AFTER_SECONDS) or dead (stopped or silent, until pruned).",
+        "Worker and leader processes by role and state, until their rows are pruned: live "
+        "(heartbeat within WORKER_SILENT_AFTER_SECONDS), stopped (exited cleanly) or dead "
+        "(silent past that limit, or declared dead by recovery).",
         labels=["role", "state"],
     )
     for role in Worker.Role.values:

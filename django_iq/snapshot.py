@@ -33,7 +33,14 @@ from django_iq.managers import QueueStats
 from django_iq.managers.queue_metrics import MINUTE_SECONDS, minute_of
 from django_iq.models import Entry, LeaderLease, Queue, QueueMinute, QueueTotal, Worker
 from django_iq.queries import server_sessions, snapshot_reads
-from django_iq.states import COUNTED_STATES, EntryState
+from django_iq.states import (
+    COUNTED_STATES,
+    WORKER_DEAD,
+    WORKER_LIVE,
+    WORKER_STOPPED,
+    EntryState,
+    worker_state,
+)
 
 # Worker rows listed, live ones first; stopped rows are kept for WORKER_RETENTION_SECONDS.
 WORKER_LIMIT = 100
@@ -112,10 +119,9 @@ class WorkerView:
 
     @property
     def state(self) -> str:
-        """``live``, ``stopped`` (cleanly) or ``dead`` (declared dead, or silent)."""
-        if self.is_live:
-            return "live"
-        return "stopped" if self.has_stopped else "dead"
+        """``live``, ``stopped`` (cleanly) or ``dead`` (declared dead, or silent):
+        ``states.worker_state``."""
+        return worker_state(is_live=self.is_live, stopped=self.has_stopped, died=False)
 
     def serves_any(self, names: set[str]) -> bool:
         """Whether it serves one of ``names``; a worker with no queue list serves them all."""
@@ -416,8 +422,9 @@ def _read(
     ]
     if queues:
         workers = [w for w in workers if w.serves_any(set(queues))]
-    # "Dead" is every row not live: stopped, or silent past WORKER_SILENT_AFTER_SECONDS.
+    # As states.worker_state says: stopped cleanly, or else dead when not live.
     live = Q(pk__in=Worker.objects.live().values("pk"))
+    stopped = Q(stopped_at__isnull=False, died=False)
     counts: dict[tuple[str, str], int] = {}
     throttled = 0
     for row in (
@@ -425,12 +432,14 @@ def _read(
         .annotate(
             total=Count("pk"),
             live=Count("pk", filter=live),
+            stopped=Count("pk", filter=stopped),
             throttled=Count("pk", filter=live & Q(is_throttled=True)),
         )
         .order_by()
     ):
-        counts[(row["role"], "live")] = row["live"]
-        counts[(row["role"], "dead")] = row["total"] - row["live"]
+        counts[(row["role"], WORKER_LIVE)] = row["live"]
+        counts[(row["role"], WORKER_STOPPED)] = row["stopped"]
+        counts[(row["role"], WORKER_DEAD)] = row["total"] - row["live"] - row["stopped"]
         throttled += row["throttled"]
     unserved = _unserved_jobs(now, default_threshold, live_queue_lists) if unserved_jobs else None
     return Snapshot(

@@ -87,3 +87,29 @@ def group_lock_key(group_key: str) -> str:
 def lock_key_for(group_key: str | None) -> str:
     """A new entry's lock key: its group's, or one of its own when it is not grouped."""
     return group_lock_key(group_key) if group_key else f"e:{os.urandom(16).hex()}"
+
+
+# The states of a worker's or leader's process, one wording on every surface (the admin, the
+# dashboard, iq_status, the HTTP API, Prometheus).
+WORKER_LIVE = "live"  # a heartbeat within WORKER_SILENT_AFTER_SECONDS, not stopped
+WORKER_STOPPED = "stopped"  # exited, and marked itself stopped
+WORKER_DEAD = "dead"  # silent past WORKER_SILENT_AFTER_SECONDS, or declared dead by recovery
+WORKER_STATES = (WORKER_LIVE, WORKER_STOPPED, WORKER_DEAD)
+
+
+def worker_state(*, is_live: bool, stopped: bool, died: bool) -> str:
+    """``live``, ``stopped`` or ``dead`` (``WORKER_STATES``) of a process's row: ``is_live``
+    as ``Worker.objects.live()`` decides, ``stopped`` its ``stopped_at`` set, ``died`` its row
+    marked by recovery."""
+    if stopped:
+        return WORKER_DEAD if died else WORKER_STOPPED
+    return WORKER_LIVE if is_live else WORKER_DEAD
+
+
+def worker_state_label(*, is_live: bool, stopped: bool, died: bool) -> str:
+    """The state with why a process is dead: ``dead (silent)`` while no heartbeat came within
+    the silence limit and recovery has not declared it yet, ``dead (declared dead)`` after."""
+    state = worker_state(is_live=is_live, stopped=stopped, died=died)
+    if state != WORKER_DEAD:
+        return state
+    return f"{WORKER_DEAD} (declared dead)" if died else f"{WORKER_DEAD} (silent)"

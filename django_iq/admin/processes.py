@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, QuerySet
+from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -18,12 +18,19 @@ from django_iq.conf import iq_settings
 from django_iq.managers.job_limits import JobUsage
 from django_iq.models import GroupLock, JobLimit, LeaderLease, Worker
 from django_iq.options import JobLimits
+from django_iq.states import (
+    WORKER_DEAD,
+    WORKER_LIVE,
+    WORKER_STATES,
+    WORKER_STOPPED,
+    worker_state_label,
+)
 from django_iq.wording import rate_use, used_of
 
 
 class WorkerStatusFilter(admin.SimpleListFilter):
-    """Live (heartbeat within WORKER_SILENT_AFTER_SECONDS), silent (presumed dead, not yet
-    marked) or stopped, as ``Worker.objects.live()`` and ``silent()`` decide in database time."""
+    """Live, stopped or dead (``states.worker_state``), as ``Worker.objects.live()`` and
+    ``silent()`` decide in database time."""
 
     title = "status"
     parameter_name = "status"
@@ -31,16 +38,17 @@ class WorkerStatusFilter(admin.SimpleListFilter):
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
     ) -> list[tuple[str, str]]:
-        return [("live", "live"), ("silent", "silent (presumed dead)"), ("stopped", "stopped")]
+        return [(state, state) for state in WORKER_STATES]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        if value == "live":
+        if value == WORKER_LIVE:
             return queryset.filter(pk__in=Worker.objects.live().values("pk"))
-        if value == "silent":
-            return queryset.filter(pk__in=Worker.objects.silent(_silent_after()).values("pk"))
-        if value == "stopped":
-            return queryset.filter(stopped_at__isnull=False)
+        if value == WORKER_STOPPED:
+            return queryset.filter(stopped_at__isnull=False, died=False)
+        if value == WORKER_DEAD:
+            silent = Q(pk__in=Worker.objects.silent(_silent_after()).values("pk"))
+            return queryset.filter(silent | Q(stopped_at__isnull=False, died=True))
         return queryset
 
 
@@ -96,9 +104,11 @@ class WorkerAdmin(ReadOnlyAdmin):
 
     @admin.display(description="status")
     def status(self, worker: Worker) -> str:
-        if worker.stopped_at is not None:
-            return "dead (marked stopped)" if worker.died else "stopped"
-        return "live" if getattr(worker, "is_live", False) else "silent (presumed dead)"
+        return worker_state_label(
+            is_live=bool(getattr(worker, "is_live", False)),
+            stopped=worker.stopped_at is not None,
+            died=worker.died,
+        )
 
     @admin.display(description="status")
     def status_cell(self, worker: Worker) -> SafeString:
@@ -118,7 +128,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         if worker.role == Worker.Role.LEADER:
             return "-"
         busy = worker.busy_threads
-        idle = max(0, worker.processing_threads - busy) if self.status(worker) == "live" else 0
+        idle = max(0, worker.processing_threads - busy) if self.status(worker) == WORKER_LIVE else 0
         return f"{busy} busy / {idle} idle of {worker.processing_threads}"
 
     @admin.display(description="CPU", ordering="cpu_percent")

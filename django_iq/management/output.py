@@ -4,6 +4,7 @@ tables, durations and times, plurals, and the checks of queue names an operator 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 from django_iq.models import Queue
 from django_iq.registry import declared_queues
 from django_iq.snapshot import ServerSessions, Snapshot
-from django_iq.states import COUNTED_STATES
+from django_iq.states import COUNTED_STATES, WORKER_DEAD, WORKER_LIVE
 from django_iq.wording import close_names, duration
 
 
@@ -98,8 +99,9 @@ def render_text(status: Snapshot) -> str:
         lines.append("None: healthy.")
     lines.append("")
 
-    live = sum(1 for w in status.workers if w.is_live)
-    lines.append(f"Workers ({live} live, {len(status.workers) - live} dead)")
+    # Stopped processes are left out of the report: the others are live or dead.
+    states = Counter(w.state for w in status.workers)
+    lines.append(f"Workers ({states[WORKER_LIVE]} live, {states[WORKER_DEAD]} dead)")
     if status.workers:
         columns = [
             "NAME",
@@ -117,7 +119,7 @@ def render_text(status: Snapshot) -> str:
             [
                 w.name,
                 w.role,
-                "live" if w.is_live else "dead",
+                w.state,
                 f"{duration(w.heartbeat_age_seconds)} ago",
                 w.busy_threads,
                 w.idle_threads,

@@ -78,7 +78,7 @@ def test_worker_list_tells_live_from_silent_and_stopped_with_load_and_heartbeat_
     )
     assert rows == {
         "live": ("live", "3 busy / 1 idle of 4", "12%", "41%"),
-        "silent": ("silent (presumed dead)", "2 busy / 0 idle of 4", "0%", "0%"),
+        "silent": ("dead (silent)", "2 busy / 0 idle of 4", "0%", "0%"),
         "stopped": ("stopped", "0 busy / 0 idle of 4", "0%", "0%"),
         "leader": ("live", "-", "0%", "0%"),
     }
@@ -91,7 +91,7 @@ def test_worker_list_tells_live_from_silent_and_stopped_with_load_and_heartbeat_
 
 @pytest.mark.parametrize(
     ("status", "expected"),
-    [("live", ["live", "leader"]), ("silent", ["silent"]), ("stopped", ["stopped"])],
+    [("live", ["live", "leader"]), ("dead", ["silent"]), ("stopped", ["stopped"])],
 )
 def test_status_filter_uses_the_managers_liveness(
     client: Client, workers: dict[str, Worker], status: str, expected: list[str]

@@ -93,7 +93,9 @@ def test_job_counters_and_duration_histogram_match_the_jobs_a_worker_ran(
     assert buckets[-1] == 5  # every test job takes well under 600 s
     assert 0 < value(found, "django_iq_job_duration_seconds_sum", queue="default") < 60
     assert value(found, "django_iq_queue_entries", queue="default", state="failed") == 1
-    assert value(found, "django_iq_workers", role="worker", state="dead") == 1
+    # The burst worker stopped cleanly.
+    assert value(found, "django_iq_workers", role="worker", state="stopped") == 1
+    assert value(found, "django_iq_workers", role="worker", state="dead") == 0
     assert value(found, "django_iq_workers", role="worker", state="live") == 0
 
 
@@ -155,7 +157,7 @@ def test_oldest_waiting_seconds_per_queue(staff_client: Client) -> None:
 
 
 @pytest.mark.django_db
-def test_workers_gauge_counts_live_and_dead_per_role_and_throttled_live_workers(
+def test_workers_gauge_counts_live_stopped_and_dead_per_role_and_throttled_live_workers(
     staff_client: Client,
 ) -> None:
     long_ago = timezone.now() - timedelta(hours=1)
@@ -171,12 +173,14 @@ def test_workers_gauge_counts_live_and_dead_per_role_and_throttled_live_workers(
     assert {
         (role, state): value(found, "django_iq_workers", role=role, state=state)
         for role in ("worker", "leader")
-        for state in ("live", "dead")
+        for state in ("live", "stopped", "dead")
     } == {
         ("worker", "live"): 3,
+        ("worker", "stopped"): 0,
         ("worker", "dead"): 1,
         ("leader", "live"): 1,
-        ("leader", "dead"): 1,
+        ("leader", "stopped"): 1,
+        ("leader", "dead"): 0,
     }
     assert value(found, "django_iq_worker_throttled") == 1
 
