@@ -45,7 +45,7 @@ class Links:
         return self._url("entryerror", queue__name__exact=queue, is_final__exact="1", requeued="no")
 
     def workers(self, status: str | None = "live", throttled: bool = False) -> str | None:
-        """Worker processes by status (``live``, ``silent``, ``stopped``; None: all)."""
+        """Worker processes by status (``live``, ``stopped``, ``dead``; None: all)."""
         return self._url("worker", status=status, is_throttled__exact="1" if throttled else None)
 
     def outcomes(

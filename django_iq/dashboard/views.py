@@ -42,7 +42,7 @@ from django_iq.managers.queue_metrics import minute_of
 from django_iq.managers.series import DepthPoint, LatencyPoint
 from django_iq.models import JobLimit, JobMinute, QueueMinute
 from django_iq.snapshot import Snapshot, read_snapshot
-from django_iq.states import COUNTED_STATES, RUNNING, STATE_LABELS
+from django_iq.states import COUNTED_STATES, RUNNING, STATE_LABELS, WORKER_STOPPED
 from django_iq.wording import rate_use, used_of
 
 if TYPE_CHECKING:
@@ -86,11 +86,23 @@ class DashboardData:
 
     @property
     def workers(self) -> list[WorkerRow]:
-        return [WorkerRow(view) for view in self.snapshot.workers]
+        """Live and dead processes (declared dead ones too); stopped ones are counted apart
+        (``stopped_workers``)."""
+        return [WorkerRow(view) for view in self.snapshot.workers if view.state != WORKER_STOPPED]
 
     @property
     def workers_truncated(self) -> bool:
         return self.snapshot.workers_truncated
+
+    @property
+    def stopped_workers(self) -> int:
+        """Processes that exited cleanly (each ``runworker --reload`` restart leaves one), kept
+        until pruned: counted apart from the table of live and dead ones."""
+        return sum(
+            count
+            for (_, state), count in self.snapshot.worker_counts.items()
+            if state == WORKER_STOPPED
+        )
 
     @property
     def state_columns(self) -> list[tuple[str, str]]:
@@ -323,6 +335,7 @@ def dashboard_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
         "done_link": data.links.outcomes(data.since, failed=False),
         "failed_link": data.links.outcomes(data.since, failed=True),
         "throttled_link": data.links.workers(throttled=True),
+        "stopped_link": data.links.workers(status=WORKER_STOPPED),
         "refresh_seconds": REFRESH_SECONDS,
         "partial_url": f"{request.path}?partial=1",
     }

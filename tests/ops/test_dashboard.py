@@ -375,15 +375,16 @@ def test_workers_are_listed_live_first_with_their_load() -> None:
     data = dashboard_data(now)
 
     by_name = {row.name: row for row in data.workers}
-    assert [row.is_live for row in data.workers] == [True, True, False, False, False]
+    assert [row.is_live for row in data.workers] == [True, True, False, False]
     states = {name: row.state for name, row in by_name.items()}
+    # A process that exited cleanly is counted apart, not listed.
     assert states == {
         "busy": "live",
         "leader": "live",
         "silent": "dead",
-        "stopped": "stopped",
         found_dead.name: "dead",
     }
+    assert data.stopped_workers == 1
     assert {row.name for row in data.live_workers} == {"busy", "leader"}
     busy = by_name["busy"]
     assert (busy.busy_threads, busy.idle_threads, busy.load) == (3, 1, 0.75)
@@ -411,6 +412,24 @@ def test_worker_list_is_bounded_and_says_so(
     assert all(row.is_live for row in data.workers), "live workers are listed first"
     assert data.workers_truncated
     assert "Only the first 2 workers are listed" in operator_client.get(URL).content.decode()
+
+
+@pytest.mark.django_db
+def test_stopped_processes_are_counted_apart_with_a_link_to_them(
+    operator_client: Client,
+) -> None:
+    """Each ``runworker --reload`` restart leaves a stopped row: the table keeps to live and
+    dead processes."""
+    WorkerFactory(name="w-live")
+    for index in range(3):
+        Worker.objects.stop(WorkerFactory(name=f"reloaded-{index}"))
+
+    html = operator_client.get(URL).content.decode()
+
+    assert set(cells(html)) == {"w-live"}
+    stopped = html.split('id="iq-stopped-workers"', 1)[1].split("</p>", 1)[0]
+    assert ">3</a> stopped" in stopped
+    assert "status=stopped" in stopped
 
 
 @pytest.mark.django_db
@@ -463,13 +482,15 @@ def test_a_worker_that_ran_shows_as_stopped_not_dead_after_a_clean_exit() -> Non
     record.enqueue("x")
     drain()
 
-    (row,) = dashboard_data(timezone.now()).workers
+    data = dashboard_data(timezone.now())
 
-    assert row.role == "worker"
-    assert row.processing_threads == 2
-    assert not row.is_live
-    assert row.state == "stopped"
-    assert row.busy_threads == 0
+    # Counted apart from the live and dead ones, not listed.
+    assert data.workers == []
+    assert data.stopped_workers == 1
+    (view,) = data.snapshot.workers
+    assert (view.role, view.processing_threads, view.busy_threads) == ("worker", 2, 0)
+    assert not view.is_live
+    assert view.state == "stopped"
 
 
 # -- page and fragment ---------------------------------------------------------------------------
