@@ -11,7 +11,7 @@ from django.test import Client
 import django_iq
 from django_iq.models import Batch, Entry
 from django_iq.worker import WorkerProcess
-from tests.admin.test_admin import change_url, changelist_url, column, login_superuser
+from tests.admin.conftest import change_url, changelist_url, column, login_superuser
 from tests.testapp.jobs import batch_done, batch_member
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from django.test import Client
 
 from django_iq.models import CronJob, Entry
 from django_iq.registry import catalog
-from tests.admin.test_admin import (
+from tests.admin.conftest import (
     change_url,
     changelist_url,
     column,

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_iq import operations
 from django_iq.models import CronJob, Entry, OperatorAction
 from django_iq.registry import catalog
-from tests.admin.test_admin import change_url, changelist_url, column, login, login_superuser
+from tests.admin.conftest import change_url, changelist_url, column, login, login_superuser
 from tests.admin.test_admin_cron import NOOP, form
 from tests.factories import CronJobFactory, QueueFactory, complete
 

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_iq.admin import EstimatedCountPaginator
 from django_iq.models import DisabledJob, Entry
-from tests.admin.test_admin import (
+from tests.admin.conftest import (
     change_url,
     changelist_url,
     column,

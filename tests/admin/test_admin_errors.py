@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_iq.admin.common import CELL_MAX_CHARS
 from django_iq.models import Entry, EntryError, OperatorAction
-from tests.admin.test_admin import (
+from tests.admin.conftest import (
     change_url,
     changelist_url,
     column,

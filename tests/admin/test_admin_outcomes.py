@@ -9,7 +9,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from django_iq.models import RunOutcome
-from tests.admin.test_admin import changelist_url, column, listed_ids, login, login_superuser
+from tests.admin.conftest import changelist_url, column, listed_ids, login, login_superuser
 from tests.factories import RunOutcomeFactory
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from django_iq.managers import QueueManager
 from django_iq.models import Entry, OperatorAction, Queue
-from tests.admin.test_admin import (
+from tests.admin.conftest import (
     change_url,
     changelist_url,
     column,

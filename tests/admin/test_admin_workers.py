@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_iq.models import DisabledJob, Entry, GroupLock, LeaderLease, Worker
-from tests.admin.test_admin import (
+from tests.admin.conftest import (
     changelist_url,
     column,
     listed_ids,

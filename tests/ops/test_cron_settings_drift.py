@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from django_iq.models import CronJob
-from tests.admin.test_admin import changelist_url, login_superuser, messages_of
+from tests.admin.conftest import changelist_url, login_superuser, messages_of
 from tests.conftest import iq_settings_with
 from tests.leader.test_leader import cron_leader
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_iq import operations
 from django_iq.models import CronJob, DisabledJob, Entry, EntryError, OperatorAction, Queue
-from tests.admin.test_admin import messages_of, run_action
+from tests.admin.conftest import messages_of, run_action
 from tests.factories import CronJobFactory, EntryErrorFactory, EntryFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
