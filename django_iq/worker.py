@@ -854,8 +854,10 @@ class WorkerProcess(IQProcess):
             held_lock_ids=self.held_locks,
             session_ids=sessions if changed else None,
         )
-        # Sent before this heartbeat was stamped: the fence counts from here.
-        self._last_heartbeat_ok = sent
+        # Sent before this heartbeat was stamped: the fence counts from here, unless it
+        # registered again after it (rejoin stamps the fresh row later than this was sent, and
+        # the time the heartbeat and the new row took must not bring the fence closer).
+        self._last_heartbeat_ok = max(self._last_heartbeat_ok, sent)
         if alive:
             self._reported_sessions = sessions
             self._heal()
