@@ -6,12 +6,11 @@ entries. Judged by what the jobs recorded (RecordedRun rows written by the jobs 
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
 import django_iq
-from django_iq.models import Batch, Entry, EntryDependency, EntryError, GroupLock
+from django_iq.models import Batch, Entry, EntryDependency, EntryError, GroupLock, Worker
 from tests.conftest import wait_until
 from tests.processes import Command, finish, start_command
 from tests.testapp.jobs import batch_done, batch_member
@@ -95,7 +94,14 @@ def test_a_batch_calls_back_once_while_workers_are_killed_and_recovered() -> Non
         killed.append(workers[victim].pid)
         workers[victim].kill_hard()  # SIGKILL of the process group, mid-run
         workers[victim] = start_command("runworker", "--threads", "3")
-        time.sleep(0.5)  # let the replacement start claiming before the next kill
+        # The replacement registered (and claims) before the next kill.
+        wait_until(
+            lambda victim=victim: Worker.objects.filter(
+                pid=workers[victim].pid, stopped_at__isnull=True
+            ).exists(),
+            timeout=60,
+            message="the replacement worker to register",
+        )
     wait_until(
         lambda: RecordedRun.objects.filter(token=f"batch:{batch_id}").exists(),
         timeout=240,

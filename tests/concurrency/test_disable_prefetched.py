@@ -41,20 +41,24 @@ def test_claims_prefetched_before_a_disable_are_handed_back_not_run(tmp_path: Pa
             90,
             "the blocking run to start",
         )
-        time.sleep(0.5)  # the worker fills its hand-over queue meanwhile
-        locks = GroupLock.objects.values("key")
-        held = Entry.objects.filter(job_name=record.name, lock_key__in=locks).count()
-        assert held >= 1, "claims of the short job were prefetched behind the blocking run"
+        # The worker fills its hand-over queue meanwhile.
+        wait_until(
+            lambda: Entry.objects.filter(
+                job_name=record.name, lock_key__in=GroupLock.objects.values("key")
+            ).exists(),
+            10,
+            "claims of the short job prefetched behind the blocking run",
+        )
 
         operations.disable([record.name], operations.Actor.of_command("test"))
         disabled_at = time.time()
-        time.sleep(0.5)
+        time.sleep(0.5)  # the window in which a prefetched claim used to start
         release.touch()
         wait_until(
             lambda: JobRun.objects.filter(token="blocker").exists(), 30, "the blocker to end"
         )
         wait_until(lambda: not GroupLock.objects.exists(), 10, "the claims to be handed back")
-        time.sleep(2.0)
+        time.sleep(2.0)  # the observation window: a late run would start here
 
         late = JobRun.objects.filter(token__startswith="after-", started_at__gt=disabled_at)
         assert list(late.values_list("token", flat=True)) == [], "runs after disable() returned"
