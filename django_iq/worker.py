@@ -13,6 +13,7 @@ from typing import Any
 from django.db import connections, router, transaction
 
 from django_iq.acks import AckWriter
+from django_iq.capacity import Capacity
 from django_iq.conf import iq_settings
 from django_iq.dbconn import (
     SharedConnection,
@@ -131,14 +132,13 @@ class WorkerProcess(IQProcess):
         self.acks = AckWriter(
             self.name, on_settled=self._released, on_lost=self._outcome_lost, shared=self.duty
         )
-        self.ack_backlog_limit = max(64, 8 * self.processing_threads)
-        # The moving average of this worker's job durations (None until one has finished).
-        self._job_seconds: float | None = None
         self._schedulers: list[Scheduler] = []
         # Recycling: the entries it may still claim (max_jobs, max_memory_mb); set once the
         # budget is spent and every claim in hand finished, to exit with EXIT_RECYCLE.
         self.budget = RecyclingBudget(self.name, max_jobs, max_memory_mb)
         self.recycling = False
+        # The claims it may take: threads, prefetch, budget, successes waiting to be written.
+        self.capacity = Capacity(self.processing_threads, self.budget)
         # Times jobs out; a job stuck past its timeout's grace period stops this process. Its
         # thread, which never waits on the database, also checks the fence (_check_fence).
         self.watchdog = Watchdog(
@@ -180,21 +180,15 @@ class WorkerProcess(IQProcess):
     # -- counters ---------------------------------------------------------------------------
 
     def idle_threads(self, prefetch: bool = True) -> int:
-        """Claims this worker may take now: processing threads neither running a claim nor
-        already promised a queued one, plus the prefetch; none while too many successes wait
-        for the ack writer (the database is slow or away, and every one of them holds a lock)."""
-        if (
-            self.stuck
-            or self.outcome_lost
-            or self._fenced_at is not None
-            or self.acks.pending() >= self.ack_backlog_limit
-        ):
+        """Claims this worker may take now (``Capacity.room``): none while it exits, keeps a
+        claim whose outcome it could not write, or is cut off from the database."""
+        if self.stuck or self.outcome_lost or self._fenced_at is not None:
             return 0
-        capacity = self.processing_threads + (self.prefetch() if prefetch else 0)
-        idle = max(0, capacity - self._busy - self.handover.qsize())
-        if self.budget.limited:
-            idle = min(idle, self.budget.claims_left())
-        return idle
+        return self.capacity.room(
+            in_hand=self._busy + self.handover.qsize(),
+            acks_pending=self.acks.pending(),
+            prefetch=prefetch,
+        )
 
     def free_threads(self) -> int:
         """Claims that a processing thread would start at once (no prefetch): the room for
@@ -205,28 +199,13 @@ class WorkerProcess(IQProcess):
         """Out of claims (max_jobs or memory) with every claim in hand finished and written."""
         return self.budget.spent() and self._finished_locally()
 
-    def prefetch(self) -> int:
-        """Claims that may wait in the hand-over queue beyond one per idle thread: while this
-        worker's jobs are short (their moving average under ``PREFETCH_BELOW_SECONDS``), up to
-        ``PREFETCH_PER_THREAD`` per processing thread, so that one claim statement serves
-        several jobs and a thread that finishes finds its next entry waiting. None before the
-        first job has finished, or while jobs are long: a long entry waits for a thread of
-        the worker that took it, while another worker may have one free."""
-        average = self._job_seconds
-        if average is None or average >= iq_settings.PREFETCH_BELOW_SECONDS:
-            return 0
-        per_thread: int = iq_settings.PREFETCH_PER_THREAD
-        return per_thread * self.processing_threads
-
     def record_runs(self, queue: str, runs: list[tuple[str, float, bool]]) -> None:
         """Record the durations of a claim's runs (job name, seconds, success): fairness,
         metrics and the prefetch."""
         for job_name, seconds, ok in runs:
             self.picker.record(queue, seconds)
             self.tally.add(queue, job_name, seconds, ok)
-            average = self._job_seconds
-            # An exponential moving average over about the last ten runs.
-            self._job_seconds = seconds if average is None else average + 0.1 * (seconds - average)
+            self.capacity.record(seconds)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "runtime",
         (
             "acks",
+            "capacity",
             "compaction",
             "disabled_jobs",
             "duties",
