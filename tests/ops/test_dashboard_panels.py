@@ -105,18 +105,25 @@ def test_only_stopped_workers_means_no_live_worker_in_the_headline(admin_client:
     assert 'data-alarm-reason="no_live_worker" data-alarm-queue=""' in html
 
 
-def test_a_stopped_worker_is_never_flagged_throttled(admin_client: Client) -> None:
+def test_only_a_live_worker_is_flagged_throttled(admin_client: Client) -> None:
     WorkerFactory(name="live-throttled", is_throttled=True)
+    WorkerFactory(
+        name="dead-throttled",
+        is_throttled=True,
+        heartbeat_at=timezone.now() - timedelta(minutes=10),
+    )
     Worker.objects.stop(WorkerFactory(name="stopped-throttled", is_throttled=True))
 
     html = page(admin_client)
 
     assert text_of(html, "iq-throttled") == "1"
-    stopped = re.search(r'<tr data-worker="stopped-throttled">.*?</tr>', html, re.S)
+    dead = re.search(r'<tr data-worker="dead-throttled">.*?</tr>', html, re.S)
     live = re.search(r'<tr data-worker="live-throttled">.*?</tr>', html, re.S)
-    assert stopped is not None and live is not None
-    assert 'data-throttled="no">\u2013<' in stopped.group(0)
+    assert dead is not None and live is not None
+    assert 'data-throttled="no">\u2013<' in dead.group(0)
     assert 'data-throttled="yes"><span class="iq-broken">throttled</span>' in live.group(0)
+    # A stopped process is counted under the table, not listed.
+    assert 'data-worker="stopped-throttled"' not in html
 
 
 def test_running_entries_show_since_when_and_where_and_not_their_groups_waiting_entries(
