@@ -271,7 +271,8 @@ def test_a_run_still_stopping_when_the_network_heals_is_left_to_recovery(
             lambda: "reached the database again" in cut.output(), timeout=5, message="the heal"
         )
         other = start_worker("--threads", "2", env=env)
-        wait_until(lambda: cut.poll() is not None, timeout=20, message="the worker to exit")
+        # Seen by the watch, which dates the end of a run the exit cut short.
+        wait_until(lambda: cut.pid in exits.exited, timeout=20, message="the worker to exit")
         assert cut.poll() == EXIT_FENCED, cut.output()[-3000:]
         exits.close()
         # Its process gone, the leader declares its row dead and another worker runs the entry.
