@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -38,6 +38,8 @@ RELOAD_EXIT = 3
 EXIT_FAILED_START = 1
 # How often the child looks whether its parent is still there.
 PARENT_CHECK_SECONDS = 1.0
+# How long the worker waits for the reloader's first look at the files before it starts.
+FIRST_LOOK_SECONDS = 60.0
 
 
 def run_with_reload(
@@ -87,6 +89,23 @@ class _Reload:
         self.codes: list[int] = []
         self.thread = threading.Thread(target=self._run_worker, name="iq-worker", daemon=True)
         self._lock = threading.Lock()
+        # Set once the reloader has taken its first look at the files (the mtimes later ones
+        # are compared with). The worker starts only then: a file changed while the reloader
+        # was still starting would otherwise be taken for the first version and never reload.
+        self.first_look = threading.Event()
+        self._watch_first_look()
+
+    def _watch_first_look(self) -> None:
+        snapshot = getattr(self.reloader, "snapshot_files", None)
+        if snapshot is None:  # a reloader of another kind (watchman): nothing to wait for
+            self.first_look.set()
+            return
+
+        def snapshot_then_tell() -> Iterator[tuple[Any, float]]:
+            yield from snapshot()
+            self.first_look.set()
+
+        self.reloader.snapshot_files = snapshot_then_tell  # type: ignore[attr-defined]
 
     def _run_worker(self) -> None:
         try:
@@ -103,6 +122,11 @@ class _Reload:
                     self.reloader.stop()
 
     def _start(self) -> None:
+        if not self.first_look.wait(FIRST_LOOK_SECONDS):
+            logger.warning(
+                "the reloader took no look at the files within %ss; starting the worker anyway",
+                FIRST_LOOK_SECONDS,
+            )
         self.before_start()
         self.codes.append(self.worker.run(install_signal_handlers=False))
 
