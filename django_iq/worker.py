@@ -154,9 +154,6 @@ class WorkerProcess(IQProcess):
         self._last_heartbeat_ok = time.monotonic()
         self._fenced_at: float | None = None
         self._fenced_claims: list[Claim] = []
-        # Held while a stopped claim is added and while healing looks at them: a run that ends
-        # stopped just as a heartbeat completes is either seen by the heal or sees it.
-        self._fence_lock = threading.RLock()
         self._parked: queue_module.Queue[Claim] = queue_module.Queue()
         # Locks of claims in hand that recovery released while this worker was declared dead.
         self._revoked: set[int] = set()
@@ -601,14 +598,7 @@ class WorkerProcess(IQProcess):
                     if result.fenced:
                         # Stopped, cut off from the database: its lock stays held, and
                         # recovery counts the attempt (_heal or rejoin exits the process).
-                        with self._fence_lock:
-                            self._fenced_claims.append(claim)
-                            healed = self._fenced_at is None
-                        if healed:
-                            self._exit_fenced(
-                                "a run stopped while cut off ended after the database was "
-                                "reached again"
-                            )
+                        self._fenced_claims.append(claim)
                         continue
                     self.record_runs(claim.queue, result.runs)
                     with self._busy_lock:
@@ -692,28 +682,13 @@ class WorkerProcess(IQProcess):
         locks for recovery to count their attempts."""
         if self._fenced_at is None:
             return
-        with self._fence_lock:
-            stopped, stopping = len(self._fenced_claims), self.watchdog.running()
-            self._unfence()
-        if stopped:
+        if self._fenced_claims:
             self._exit_fenced("reached the database again after stopping its runs")
-        if stopping:
-            # Every run going on was told to stop when the fence came: each ends stopped (the
-            # next heartbeat then exits), or the fence's grace ends the process.
-            logger.warning(
-                "reached the database again; %s run(s) told to stop have not ended: claiming "
-                "nothing until they do name=%s",
-                stopping,
-                self.name,
-            )
-            return
+        self._unfence()
         logger.warning("reached the database again; claiming again name=%s", self.name)
 
     def _unfence(self) -> None:
-        """Claim and run again, unless runs stopped by the fence are held or still going."""
-        with self._fence_lock:
-            if self._fenced_at is None or self._fenced_claims or self.watchdog.running():
-                return
+        if self._fenced_at is not None and not self._fenced_claims:
             self._fenced_at = None
             self.watchdog.unfence()
             while True:  # the claims not started while cut off run now
