@@ -125,10 +125,9 @@ def test_a_broken_jobs_module_waits_for_the_fix(tmp_path: Path) -> None:
     module = Module(tmp_path)
     module.write("def broken(:\n")
     worker = start(module)
+    # Logged once the reloader has taken its first look, the broken version among the files.
     wait_until(lambda: "failed to start" in worker.output(), 60, message="the failed start")
     assert worker.poll() is None, "the parent waits for a change"
-    # The reloader looks at the files once a second: let it see the broken version first.
-    time.sleep(2.5)
 
     module.write(JOBS.format(version="fixed"))
     module.enqueue("a")
@@ -149,9 +148,8 @@ def test_a_broken_jobs_module_the_urlconf_imports_waits_for_the_fix(tmp_path: Pa
     module.env["IQ_RELOAD_URLCONF"] = urls
     module.write("def broken(:\n")
     worker = start(module)
+    # Logged once the reloader has taken its first look, the broken version among the files.
     wait_until(lambda: "failed to start" in worker.output(), 60, message="the failed start")
-    # The reloader looks at the files once a second: let it see the broken version first.
-    time.sleep(2.5)
     assert worker.poll() is None, f"the parent waits for a change: {worker.output()[-2000:]}"
 
     module.write(JOBS.format(version="fixed"))
