@@ -26,7 +26,7 @@ _CLAIM_OPENING = "WITH w AS ("  # django_iq.queries.claim.CLAIM_POSTGRESQL
 def _timed(
     execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]
 ) -> Any:
-    if not sql.lstrip().startswith(_CLAIM_OPENING):
+    if _CLAIM_OPENING not in sql:
         return execute(sql, params, many, context)
     begun = time.perf_counter()
     try:

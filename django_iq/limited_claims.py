@@ -13,14 +13,17 @@ a claim of it finishes here.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
+from django_iq.conf import iq_settings
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock, JobStart, Worker
 from django_iq.options import JobLimits
@@ -30,9 +33,11 @@ from django_iq.options import JobLimits
 # worker at once (its claim finished there), so a longer wait costs a capped job little, and a
 # fleet of dozens of processes does not count every job's running claims many times a second.
 LIMITED_RETRY_SECONDS = 0.5
-# A job found with no entry ready in a queue is looked for again after this long (or at once
-# when the listener hears of work in that queue).
-LIMITED_IDLE_SECONDS = 0.25
+# ... doubled at each look in a row that finds no room (a random part of it added or taken, so
+# that workers spread out), up to this. Dozens of workers looking at a cap of a few twice a
+# second each took the server's time, and left their threads to the job instead of claiming
+# other work. The worker whose run of the job just finished looks at once, as before.
+LIMITED_RETRY_MAX_SECONDS = 4.0
 
 
 class LimitedClaims:
@@ -51,6 +56,8 @@ class LimitedClaims:
         self._lock = threading.Lock()
         # (queue, job name) -> monotonic time before which it is not looked at.
         self._full_until: dict[tuple[str, str], float] = {}
+        # (queue, job name) -> looks in a row that found it with no room here.
+        self._misses: dict[tuple[str, str], int] = {}
         self._idle_until: dict[tuple[str, str], float] = {}
         # (queue, job name) found with room while no processing thread was free.
         self._room_seen: set[tuple[str, str]] = set()
@@ -98,30 +105,43 @@ class LimitedClaims:
                 self.worker, wanted, queue, limited=(name, self.jobs[name]), is_capped=True
             )
             if taken:
+                with self._lock:
+                    self._misses.pop((queue, name), None)
                 self._wait(self._full_until, queue, name, 0.0)  # there may be more room
             else:
-                self._wait(self._full_until, queue, name, LIMITED_RETRY_SECONDS)
+                self._wait(self._full_until, queue, name, self._backoff(queue, name))
             claims += taken
         return claims
 
     def _look(self, queue: str, names: list[str], now: float) -> list[str]:
         """The jobs of ``names`` with entries ready in ``queue`` and room by an unlocked count;
         the others are not looked at again for a while."""
-        # One EXISTS per job: it stops at the job's first ready entry, where a DISTINCT over
-        # the queue would read every pending entry (and probe its lock) on each look.
-        waiting = Entry.objects.awaiting_compute().filter(queue_id=queue)
-        ready = {name for name in names if waiting.filter(job_name=name).exists()}
+        # One look per job for a ready entry, where a DISTINCT over the queue would read every
+        # pending entry (and probe its lock) each time. The queue is compared as an expression
+        # so that only the job's index (iq_entry_job_state_idx) can serve the look: with
+        # statistics taken before a burst of enqueues, PostgreSQL planned a plain filter on the
+        # queue's index instead, reading every pending entry of the queue (3 to 8 ms a look,
+        # at 24 processes most of the server's time).
+        waiting = (
+            Entry.objects.awaiting_compute()
+            .alias(queue_name=Concat("queue_id", Value("")))
+            .filter(queue_name=queue)
+            .values_list("pk", flat=True)
+        )
+        ready = {name for name in names if waiting.filter(job_name=name)[:1]}
         with self._lock:
             for name in names:
                 if name not in ready:
-                    self._idle_until[(queue, name)] = now + LIMITED_IDLE_SECONDS
+                    # Looked for again at the poll interval, as a queue found empty is, or at
+                    # once when work is heard of in the queue or promoted here.
+                    self._idle_until[(queue, name)] = now + iq_settings.POLL_INTERVAL_SECONDS
         if not ready:
             return []
         room = self._room_by_count(sorted(ready))
         with self._lock:
             for name in ready:
                 if room[name] <= 0:
-                    self._full_until[(queue, name)] = now + LIMITED_RETRY_SECONDS
+                    self._full_until[(queue, name)] = now + self._next_backoff(queue, name)
         return [name for name in sorted(ready) if room[name] > 0]
 
     def _room_by_count(self, names: list[str]) -> dict[str, int]:
@@ -154,6 +174,20 @@ class LimitedClaims:
             for name in names
         }
 
+    def _backoff(self, queue: str, name: str) -> float:
+        """Seconds before ``name`` is looked at again in ``queue`` after a look that found no
+        room: ``LIMITED_RETRY_SECONDS``, doubled for each such look in a row, up to
+        ``LIMITED_RETRY_MAX_SECONDS``, from half to one and a half times that."""
+        with self._lock:
+            return self._next_backoff(queue, name)
+
+    def _next_backoff(self, queue: str, name: str) -> float:
+        """``_backoff`` with ``_lock`` held by the caller."""
+        misses = self._misses.get((queue, name), 0)
+        self._misses[(queue, name)] = misses + 1
+        delay: float = min(LIMITED_RETRY_MAX_SECONDS, LIMITED_RETRY_SECONDS * 2.0**misses)
+        return delay * random.uniform(0.5, 1.5)  # noqa: S311 (spreading workers out)
+
     def _wait(self, until: dict[tuple[str, str], float], queue: str, name: str, s: float) -> None:
         with self._lock:
             until[(queue, name)] = time.monotonic() + s
@@ -163,6 +197,7 @@ class LimitedClaims:
         with self._lock:
             for key in [key for key in self._full_until if key[1] == job_name]:
                 del self._full_until[key]
+                self._misses.pop(key, None)
 
     def heard_of(self, queue: str | None) -> None:
         """Work arrived in ``queue`` (None: anywhere): look for its limited jobs again."""

@@ -160,6 +160,7 @@ class Scheduler:
             self._promoted_at = time.monotonic()
             if promoted:
                 logger.debug("promoted due entries count=%s", promoted)
+                self.limited.heard_of(None)  # limited jobs found idle may have entries now
         decision = self.governor.decide(self.idle_threads())
         if decision.slots <= 0:
             return PassResult(0, iq_settings.POLL_INTERVAL_SECONDS)

@@ -54,7 +54,12 @@ def test_entries_sharing_a_group_key_never_overlap_in_time() -> None:
 
     # Without prefetch a process holds at most one claim per thread, so the first process up
     # cannot take every free entry before the others have started.
-    run_workers(3, "--threads", "4", env=command_env(DJANGO_IQ_PREFETCH_PER_THREAD="0"))
+    run_workers(
+        3,
+        "--threads",
+        "4",
+        env=command_env(DJANGO_IQ_PREFETCH_PER_THREAD="0", DJANGO_IQ_PREFETCH_PER_PROCESS="0"),
+    )
 
     assert JobRun.objects.count() == 6 * 15 + 30
     for group in range(6):

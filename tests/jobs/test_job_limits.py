@@ -5,6 +5,7 @@ without limits flowing beside them (docs/howto/job-limits.md)."""
 from __future__ import annotations
 
 import re
+import time
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from django.urls import reverse
 
 from django_iq import job
 from django_iq.exceptions import InvalidJobOptions
+from django_iq.limited_claims import LimitedClaims
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock, JobLimit, JobStart, Worker
 from django_iq.worker import WorkerProcess
@@ -57,6 +59,34 @@ def test_a_rate_limit_counts_starts_over_the_last_period() -> None:
         start.save()
     assert sum(len(c.entries) for c in claim(rate_limited, worker)) == 5
     assert JobStart.objects.count() == 5, "starts out of the window were deleted"
+
+
+def test_a_job_found_at_its_cap_is_looked_at_less_often_until_a_run_of_it_ends_here() -> None:
+    one_at_a_time.enqueue_many([((f"o{i}",), {}) for i in range(3)])
+    claim(one_at_a_time, WorkerFactory())  # running elsewhere: the cap of 1 is taken
+    worker = WorkerFactory()
+    limited = LimitedClaims(
+        worker, {one_at_a_time.name: one_at_a_time.options.limits()}, free_threads=lambda: 1
+    )
+    key = ("default", one_at_a_time.name)
+
+    delays = []
+    for _ in range(5):
+        limited._full_until.pop(key, None)  # due again now
+        begun = time.monotonic()
+        assert limited.claim("default", 1) == []
+        delays.append(limited._full_until[key] - begun)
+    # 0.5 s doubled at each look in a row that finds no room, up to 4 s, each within 0.5x-1.5x.
+    for delay, base in zip(delays, [0.5, 1.0, 2.0, 4.0, 4.0], strict=True):
+        assert base * 0.5 <= delay <= base * 1.5 + 0.1, delays
+
+    limited.finished(one_at_a_time.name)  # a run of it ended here: looked at at once
+    assert key not in limited._full_until
+    GroupLock.objects.all().delete()
+    assert len(limited.claim("default", 1)) == 1
+    limited._full_until.pop(key, None)
+    assert limited.claim("default", 1) == []
+    assert limited._full_until[key] - time.monotonic() <= 0.75 + 0.1, "the count starts over"
 
 
 def test_a_group_claim_of_a_capped_job_takes_only_that_jobs_entries() -> None:
