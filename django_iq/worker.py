@@ -155,6 +155,13 @@ class WorkerProcess(IQProcess):
         self._fenced_at: float | None = None
         self._fenced_claims: list[Claim] = []
         self._parked: queue_module.Queue[Claim] = queue_module.Queue()
+        # Locks of the claims whose runs are going on in the processing threads, and of those
+        # among them left on a dead row for recovery (registered again while they were told to
+        # stop). Changed and read with ``_fence_lock`` held, as the stopped claims are: a run
+        # that ends stopped just as a heartbeat completes is seen by the heal, or sees it.
+        self._in_process: set[int] = set()
+        self._left_to_recovery: set[int] = set()
+        self._fence_lock = threading.RLock()
         # Locks of claims in hand that recovery released while this worker was declared dead.
         self._revoked: set[int] = set()
         # Set once the process exits at once with runs still going (stuck past their timeout,
@@ -304,16 +311,23 @@ class WorkerProcess(IQProcess):
         if self.stuck:
             logger.warning("declared dead while exiting at once; not registering again")
             return
-        if self._fenced_claims:
-            # The claims it stopped stay on the dead row, for recovery to count their attempts:
-            # this process no longer holds them.
+        with self._fence_lock:
+            # The claims it stopped, and those told to stop whose runs are still ending, stay
+            # on the dead row for recovery to count their attempts: this process no longer
+            # holds them, and a run that ends stopped later is let go (_processing_loop).
             stopped, self._fenced_claims = self._fenced_claims, []
-            for claim in stopped:
-                self._forget(claim)
+            stopping = set(self._in_process) if self._fenced_at is not None else set()
+            self._left_to_recovery |= stopping
+        for claim in stopped:
+            self._forget(claim)
+        with self._held_lock:
+            self._held -= stopping
+        if stopped or stopping:
             logger.warning(
-                "declared dead while cut off from the database: %s claim(s) stopped then are "
-                "left to recovery name=%s",
+                "declared dead while cut off from the database: %s claim(s) stopped then and "
+                "%s still stopping are left to recovery name=%s",
                 len(stopped),
+                len(stopping),
                 self.name,
             )
         registering = time.monotonic()
@@ -590,15 +604,33 @@ class WorkerProcess(IQProcess):
                         self._revoked.discard(claim.lock_id)
                         self._released(claim)
                         continue
-                    result = processor.run_claim(claim, self.stopping.is_set)
+                    with self._fence_lock:
+                        self._in_process.add(claim.lock_id)
+                    try:
+                        result = processor.run_claim(claim, self.stopping.is_set)
+                    finally:
+                        with self._fence_lock:
+                            self._in_process.discard(claim.lock_id)
+                            left = claim.lock_id in self._left_to_recovery
+                            self._left_to_recovery.discard(claim.lock_id)
                     for started_at, latency in result.starts:
                         self.tally.add_start(claim.queue, started_at, latency)
                     if result.abandoned:
                         continue  # given up by _on_stuck, which settled the claim
                     if result.fenced:
                         # Stopped, cut off from the database: its lock stays held, and
-                        # recovery counts the attempt (_heal or rejoin exits the process).
-                        self._fenced_claims.append(claim)
+                        # recovery counts the attempt (_heal exits the process; rejoin leaves
+                        # it on the dead row).
+                        if left:
+                            continue  # on the dead row: no longer this process's
+                        with self._fence_lock:
+                            self._fenced_claims.append(claim)
+                            healed = self._fenced_at is None
+                        if healed:  # not expected: the heal waits for runs told to stop
+                            self._exit_fenced(
+                                "a run stopped while cut off ended after the database was "
+                                "reached again"
+                            )
                         continue
                     self.record_runs(claim.queue, result.runs)
                     with self._busy_lock:
@@ -682,9 +714,24 @@ class WorkerProcess(IQProcess):
         locks for recovery to count their attempts."""
         if self._fenced_at is None:
             return
-        if self._fenced_claims:
-            self._exit_fenced("reached the database again after stopping its runs")
-        self._unfence()
+        with self._fence_lock:
+            if self._fenced_claims:
+                self._exit_fenced("reached the database again after stopping its runs")
+            stopping = len(self._in_process)
+            if not stopping:
+                self._unfence()
+        if stopping:
+            # Every run going on was told to stop when the fence came: each ends stopped (the
+            # next heartbeat then exits), or in time (claiming resumes), or the fence's grace
+            # ends the process. Claiming meanwhile would leave a run that ends stopped after it
+            # holding its lock under a live row, which recovery never looks at.
+            logger.warning(
+                "reached the database again; %s run(s) told to stop have not ended: claiming "
+                "nothing until they do name=%s",
+                stopping,
+                self.name,
+            )
+            return
         logger.warning("reached the database again; claiming again name=%s", self.name)
 
     def _unfence(self) -> None:

@@ -73,12 +73,18 @@ class ExitWatch:
 
 
 def enqueue_in_file(
-    path: Path, tokens: list[str], group: str, seconds: float, step: float = 0.02
+    path: Path,
+    tokens: list[str],
+    group: str,
+    seconds: float,
+    step: float = 0.02,
+    linger: float = 0.0,
 ) -> None:
     for token in tokens:
         options = {"group_key": group} if group else {}
+        extra = {"linger": linger} if linger else {}
         recorded_in_file.using(**options).enqueue(
-            token, str(path), group_key=group, seconds=seconds, step=step
+            token, str(path), group_key=group, seconds=seconds, step=step, **extra
         )
 
 

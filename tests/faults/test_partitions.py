@@ -232,3 +232,67 @@ def test_an_idle_worker_cut_off_claims_again_once_the_network_heals(
     assert verdict.problems() == [], verdict.problems()
     assert not any(r.pid == cut.pid and r.token in during for r in runs)
     assert any(r.pid == cut.pid for r in runs), "the healed worker claimed again"
+
+
+@pytest.mark.parametrize(
+    "linger", [0.5, 3.0], ids=["run ends within the grace", "run outlasts the grace"]
+)
+def test_a_run_still_stopping_when_the_network_heals_is_left_to_recovery(
+    linger: float, tmp_path: Path, verdicts: list[Verdict]
+) -> None:
+    """A cut shorter than the silence limit, healed while a run told to stop (``WorkerFenced``)
+    is still cleaning up: the worker must not go on as if it held nothing, with that run's lock
+    kept by a live row that recovery never looks at. It claims nothing more, exits for its
+    supervisor once the run ends (or the fence's grace does), and recovery counts the
+    attempt."""
+    path = tmp_path / "runs.log"
+    # Slower heartbeats than the other scenarios: the fence comes 4 s into the cut and a run
+    # has 1 s to stop, long enough to heal the network within it.
+    env = env_with(
+        HEARTBEAT_INTERVAL_SECONDS=1.0,
+        WORKER_SILENT_AFTER_SECONDS=6.0,
+        LEADER_LEASE_SECONDS=2,
+        LEADER_POLL_SECONDS=0.1,
+    )
+    with relay() as proxy:
+        cut = start_worker("--threads", "2", env=through(proxy, env))
+        leader = start_leader(env=env)
+        wait_until(lambda: live_workers() == 1, message="the worker")
+        # Cleans up for a while after WorkerFenced reaches it: past the heal.
+        enqueue_in_file(path, ["s-0"], "", 12.0, linger=linger)
+        wait_until(lambda: started_on(path, cut.pid) == 1, message="the run on the worker")
+        exits = ExitWatch(cut)
+        proxy.silence()
+        wait_until(
+            lambda: "no heartbeat completed" in cut.output(), timeout=15, message="the fence"
+        )
+        proxy.restore()
+        wait_until(
+            lambda: "reached the database again" in cut.output(), timeout=5, message="the heal"
+        )
+        other = start_worker("--threads", "2", env=env)
+        # Seen by the watch, which dates the end of a run the exit cut short.
+        wait_until(lambda: cut.pid in exits.exited, timeout=20, message="the worker to exit")
+        assert cut.poll() == EXIT_FENCED, cut.output()[-3000:]
+        exits.close()
+        # Its process gone, the leader declares its row dead and another worker runs the entry.
+        wait_until(
+            lambda: (
+                any(r.outcome == "end" for r in file_runs(path, exits.exited))
+                and not Entry.objects.exists()
+            ),
+            timeout=90,
+            interval=0.25,
+            message="the entry run again elsewhere",
+        )
+        cut_output = cut.output()
+        stop_all([other, leader])
+    runs = file_runs(path, exits.exited)
+    scenario = f"run still stopping {linger:g}s when the network heals (silent network)"
+    verdict = partition_verdict(scenario, ["s-0"], runs, 1)
+    verdicts.append(verdict)
+    assert verdict.problems() == [], (verdict.problems(), cut_output[-3000:])
+    # Ended stopped, or cut short by the exit at the end of the grace (one heartbeat, 1 s).
+    stopped = "RaisedFence" if linger < 1.0 else "exit"
+    assert [r.outcome for r in runs if r.pid == cut.pid] == [stopped], runs
+    assert recovery_errors("s-0") == ["django_iq.exceptions.WorkerLost"]

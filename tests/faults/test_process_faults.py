@@ -4,6 +4,7 @@ Only runs that were in flight on the frozen or killed process may overlap with a
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
@@ -50,33 +51,43 @@ def live_workers() -> int:
 def test_a_worker_frozen_past_the_silence_limit_while_it_runs_jobs(
     rounds: int, verdicts: list[Verdict]
 ) -> None:
-    workers = [start_worker("--threads", "2") for _ in range(2)]
+    # Under the --processes supervisor, as deployed: a worker that reaches the database before
+    # being declared dead, having stopped runs while cut off, exits (EXIT_FENCED) for its
+    # supervisor to start a fresh one, leaving their attempts to recovery.
+    supervisor = start_worker("--processes", "2", "--threads", "2")
     leader = start_leader()
     wait_until(lambda: live_workers() == 2)
     tokens: set[str] = set()
     windows: list[FaultWindow] = []
+    frozen: set[int] = set()
     for round_number in range(rounds):
         tokens |= enqueue(f"stop{round_number}", 40, seconds=0.3)
-        target = workers[round_number % 2]
-        wait_until(
-            lambda target=target: RecordedRun.objects.filter(
-                pid=target.pid, finished_at__isnull=True
-            ).exists(),
-            message="the worker to be running a job",
-        )
+
+        def running_child() -> int | None:
+            """A worker process running a job, one not frozen before if there is one."""
+            busy = RecordedRun.objects.filter(
+                pid__in=children(supervisor), finished_at__isnull=True
+            ).values_list("pid", flat=True)
+            fresh = [pid for pid in busy if pid not in frozen]
+            return fresh[0] if fresh else None
+
+        wait_until(lambda: running_child() is not None, message="a worker to be running a job")
+        target = running_child()
+        assert target is not None
+        frozen.add(target)
         stopped_at = time.time()
-        target.send_signal(signal.SIGSTOP)
+        os.kill(target, signal.SIGSTOP)
         time.sleep(5)  # longer than the test settings' silence limit (3 s)
-        target.send_signal(signal.SIGCONT)
-        windows.append(FaultWindow(target.pid, stopped_at, time.time()))
+        os.kill(target, signal.SIGCONT)
+        windows.append(FaultWindow(target, stopped_at, time.time()))
     wait_for_all(tokens, timeout=120)
-    stop_all([*workers, leader])
+    stop_all([supervisor, leader])
     wait_for_no_locks()
 
     verdict = judge("SIGSTOP 5 s / SIGCONT (silence 3 s)", tokens, windows, faults=rounds)
     verdicts.append(verdict)
     assert verdict.problems() == []
-    assert all(code is not None for code in (w.poll() for w in workers))
+    assert supervisor.poll() is not None
 
 
 ENTRIES = {"postgresql": 5000, "mysql": 1500, "sqlite": 1000}

@@ -528,12 +528,18 @@ def raises_odd(token: str, kind: str) -> None:
 
 @job(max_attempts=20)
 def recorded_in_file(
-    token: str, path: str, group_key: str = "", seconds: float = 0.0, step: float = 0.02
+    token: str,
+    path: str,
+    group_key: str = "",
+    seconds: float = 0.0,
+    step: float = 0.02,
+    linger: float = 0.0,
 ) -> str:
     """The partition scenarios' job: append this run's start, then its end (``end``) or the
     exception that stopped it, to ``path``, as a run cut off from the database cannot write
     to it. Works in steps of ``step`` seconds: an exception raised in its thread arrives at the
-    end of a step (a step as long as the run: a job blocked in C code)."""
+    end of a step (a step as long as the run: a job blocked in C code). ``linger``: seconds
+    spent cleaning up after that exception before it is raised on."""
     pid = os.getpid()
 
     def write(event: str) -> None:
@@ -548,6 +554,7 @@ def recorded_in_file(
             time.sleep(min(step, max(0.0, deadline - time.monotonic())))  # the job's own work
     except BaseException as exc:
         outcome = type(exc).__name__
+        time.sleep(linger)
         raise
     finally:
         write(outcome)
