@@ -591,6 +591,7 @@ class WorkerProcess(IQProcess):
                 with self._busy_lock:
                     self._busy += 1
                 try:
+                    self._wait_for_the_fence()
                     if self._fenced_at is not None:
                         self._parked.put(claim)  # not started while cut off
                         continue
@@ -707,6 +708,21 @@ class WorkerProcess(IQProcess):
                 "WorkerFenced was raised in them, cut off from the database",
                 settle=False,
             )
+
+    def _wait_for_the_fence(self) -> None:
+        """Before a claim starts: if no heartbeat has completed for ``fence_after_seconds()``
+        (the process was frozen or cut off, and its watchdog has not looked since it went on),
+        wait until the watchdog fences it or a heartbeat completes. A process thawed after the
+        silence limit would otherwise start a claim in hand, whose lock recovery may have
+        released meanwhile, in the moment before its watchdog runs."""
+        if self.worker is None or not fence_leaves_margin():
+            return
+        while (
+            self._fenced_at is None
+            and not self.stopping.is_set()
+            and time.monotonic() - self._last_heartbeat_ok >= fence_after_seconds()
+        ):
+            time.sleep(0.02)
 
     def _heal(self) -> None:
         """A heartbeat completed (this row is alive) after the worker fenced itself: resume if
