@@ -104,12 +104,13 @@ class LimitedClaims:
             taken = Entry.objects.claim(
                 self.worker, wanted, queue, limited=(name, self.jobs[name]), is_capped=True
             )
-            if taken:
-                with self._lock:
+            with self._lock:
+                if taken:
                     self._misses.pop((queue, name), None)
-                self._wait(self._full_until, queue, name, 0.0)  # there may be more room
-            else:
-                self._wait(self._full_until, queue, name, self._backoff(queue, name))
+                    delay = 0.0  # there may be more room
+                else:
+                    delay = self._next_backoff(queue, name)
+                self._full_until[(queue, name)] = time.monotonic() + delay
             claims += taken
         return claims
 
@@ -174,23 +175,15 @@ class LimitedClaims:
             for name in names
         }
 
-    def _backoff(self, queue: str, name: str) -> float:
+    def _next_backoff(self, queue: str, name: str) -> float:
         """Seconds before ``name`` is looked at again in ``queue`` after a look that found no
         room: ``LIMITED_RETRY_SECONDS``, doubled for each such look in a row, up to
-        ``LIMITED_RETRY_MAX_SECONDS``, from half to one and a half times that."""
-        with self._lock:
-            return self._next_backoff(queue, name)
-
-    def _next_backoff(self, queue: str, name: str) -> float:
-        """``_backoff`` with ``_lock`` held by the caller."""
+        ``LIMITED_RETRY_MAX_SECONDS``, from half to one and a half times that. Called with
+        ``_lock`` held."""
         misses = self._misses.get((queue, name), 0)
         self._misses[(queue, name)] = misses + 1
         delay: float = min(LIMITED_RETRY_MAX_SECONDS, LIMITED_RETRY_SECONDS * 2.0**misses)
         return delay * random.uniform(0.5, 1.5)  # noqa: S311 (spreading workers out)
-
-    def _wait(self, until: dict[tuple[str, str], float], queue: str, name: str, s: float) -> None:
-        with self._lock:
-            until[(queue, name)] = time.monotonic() + s
 
     def finished(self, job_name: str) -> None:
         """A claim of ``job_name`` finished here: it may have room again at once."""
