@@ -53,8 +53,9 @@ SETTINGS: dict[str, Setting] = {
     "PREFETCH_PER_THREAD": Setting(4, (int,), 0, 64, env=True),
     # ... and up to this many per process however few its threads, while the jobs are so short
     # that the threads finish them within PREFETCH_BELOW_SECONDS: a claim statement costs a
-    # process of one thread what it costs a process of eight.
-    "PREFETCH_PER_PROCESS": Setting(32, (int,), 0, 1024, env=True),
+    # process of one thread what it costs a process of eight. 64: at 24 processes of one thread
+    # the drain of no-op jobs went from 0.70x of 2 processes of 4 threads (with 32) to 0.98x.
+    "PREFETCH_PER_PROCESS": Setting(64, (int,), 0, 1024, env=True),
     "PREFETCH_BELOW_SECONDS": Setting(0.1, (int, float), 0, 3600),
     "POLL_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600, env=True),
     # PostgreSQL: enqueues send NOTIFY and idle workers LISTEN, so a new entry starts within

@@ -24,14 +24,14 @@ def test_very_short_jobs_let_a_process_hold_its_per_process_prefetch() -> None:
     w = worker()
     w.record_runs("default", [("tests.testapp.jobs.noop", 0.002, True)] * 5)
 
-    assert w.capacity.prefetch() == 32  # PREFETCH_PER_PROCESS, over 4 threads x 4
-    assert w.idle_threads() == 36
+    assert w.capacity.prefetch() == 64  # PREFETCH_PER_PROCESS, over 4 threads x 4
+    assert w.idle_threads() == 68
 
 
 def test_one_thread_holds_as_much_as_it_finishes_within_the_window() -> None:
     one = worker(threads=1)
     one.record_runs("default", [("tests.testapp.jobs.noop", 0.0005, True)] * 5)
-    assert one.capacity.prefetch() == 32  # a claim statement serves 33 jobs, not 5
+    assert one.capacity.prefetch() == 64  # PREFETCH_PER_PROCESS: a claim serves 65 jobs, not 5
 
     slower = worker(threads=1)
     slower.record_runs("default", [("tests.testapp.jobs.noop", 0.02, True)] * 5)
@@ -47,12 +47,13 @@ def test_the_prefetch_is_refilled_once_half_of_it_is_taken() -> None:
     w.record_runs("default", [("tests.testapp.jobs.noop", 0.0005, True)] * 5)
     room = w.capacity.room
 
-    assert room(in_hand=0, acks_pending=0) == 33
-    assert room(in_hand=32, acks_pending=0) == 0  # 31 waiting: more than half of 32
-    assert room(in_hand=18, acks_pending=0) == 0  # 17 waiting
-    assert room(in_hand=17, acks_pending=0) == 16  # 16 waiting: filled up again
-    assert room(in_hand=0, acks_pending=0, prefetch=False) == 1
-    assert room(in_hand=17, acks_pending=0, prefetch=False) == 0
+    with iq_settings_with(PREFETCH_PER_PROCESS=32):
+        assert room(in_hand=0, acks_pending=0) == 33
+        assert room(in_hand=32, acks_pending=0) == 0  # 31 waiting: more than half of 32
+        assert room(in_hand=18, acks_pending=0) == 0  # 17 waiting
+        assert room(in_hand=17, acks_pending=0) == 16  # 16 waiting: filled up again
+        assert room(in_hand=0, acks_pending=0, prefetch=False) == 1
+        assert room(in_hand=17, acks_pending=0, prefetch=False) == 0
 
 
 def test_long_jobs_stop_the_prefetch_once_the_average_rises() -> None:
