@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django_iq.batches import batch
+    from django_iq.context import current
     from django_iq.exceptions import Fail, JobTimeout, RetryAfter, Snooze
     from django_iq.registry import enqueue, enqueue_many, job
 
@@ -22,6 +23,7 @@ __all__ = [
     "Snooze",
     "__version__",
     "batch",
+    "current",
     "enqueue",
     "enqueue_many",
     "job",
@@ -33,6 +35,7 @@ _HOMES = {
     "RetryAfter": "django_iq.exceptions",
     "Snooze": "django_iq.exceptions",
     "batch": "django_iq.batches",
+    "current": "django_iq.context",
     "enqueue": "django_iq.registry",
     "enqueue_many": "django_iq.registry",
     "job": "django_iq.registry",

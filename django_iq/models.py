@@ -141,6 +141,10 @@ class Entry(models.Model):
     blockers = models.PositiveIntegerField(default=0, db_default=0)
     # The Batch this entry was enqueued in (``django_iq.batch()``); NULL for most entries.
     batch_id = models.BigIntegerField(null=True, blank=True)
+    # The parents named in ``using(after=...)`` (entry ids, in order), kept after they end so
+    # that the job can read their return values (``django_iq.current().parents``); NULL for
+    # entries enqueued without ``after``.
+    parent_ids = models.JSONField(null=True, blank=True)
 
     # Set on an entry that ``enqueue()`` returned instead of writing a new one (unique jobs).
     is_duplicate = False

@@ -16,6 +16,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
+from django_iq.context import running
 from django_iq.exceptions import (
     InvalidJobArguments,
     InvalidJobOptions,
@@ -130,9 +131,10 @@ class Job(Generic[P, R]):
         Coroutine functions run to completion in an event loop of their own, cancelled at
         ``timeout`` seconds (``JobTimeout``); the worker's watchdog times out the others.
         """
-        if self.is_async:
-            return run_coroutine(self.func, entry.args, entry.kwargs, timeout)
-        return self.func(*entry.args, **entry.kwargs)
+        with running(entry, worker_name):
+            if self.is_async:
+                return run_coroutine(self.func, entry.args, entry.kwargs, timeout)
+            return self.func(*entry.args, **entry.kwargs)
 
     def using(self, **overrides: Any) -> BoundJob:
         """Return this job with options overridden for the entries it enqueues."""

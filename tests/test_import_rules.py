@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("data", ("queries", "managers")),
     ("models", ("models",)),
-    ("jobs", ("registry", "batches", "")),
+    ("jobs", ("registry", "batches", "context", "")),
     (
         "runtime",
         (

@@ -53,6 +53,7 @@ class EntryDependencyManager(models.Manager["EntryDependency"]):
             .values_list("pk", flat=True)
         )
         for entry in entries:
+            entry.parent_ids = list(dict.fromkeys(parent_ids))
             entry.blockers = len(alive)
             if alive and entry.state != EntryState.DISABLED:
                 entry.state = EntryState.BLOCKED

@@ -12,10 +12,10 @@ import psutil
 import pytest
 
 from django_iq import enqueue_many
-from django_iq.models import Entry, EntryError, GroupLock, Worker
+from django_iq.models import Entry, EntryError, GroupLock, RunOutcome, Worker
 from tests.conftest import wait_until
 from tests.processes import finish, start_command
-from tests.testapp.jobs import record
+from tests.testapp.jobs import record, whoami
 from tests.testapp.models import JobRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -84,3 +84,20 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def test_a_job_in_a_worker_process_knows_its_entry_and_its_parents_results() -> None:
+    """``django_iq.current()`` in a real worker: the worker's own name, and the return value
+    of a parent that ran in another run of that process (read from its outcome record)."""
+    parent = whoami.enqueue()
+    child = whoami.using(after=[parent]).enqueue()
+
+    worker = start_command("runworker", "--burst", "--threads", "2")
+    code, output = finish(worker, 120)
+    assert code == 0, output[-3000:]
+
+    seen = dict(RunOutcome.objects.values_list("entry_id", "return_value"))
+    name = Worker.objects.get(role="worker").name
+    assert seen[parent.pk]["worker"] == seen[child.pk]["worker"] == name
+    assert seen[child.pk]["entry_id"] == child.pk and seen[child.pk]["attempt"] == 1
+    assert seen[child.pk]["parents"] == {str(parent.pk): seen[parent.pk]}

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django_iq import Fail, RetryAfter, Snooze, job
+from django_iq import Fail, RetryAfter, Snooze, current, job
 from django_iq.exceptions import WorkerFenced
 from tests.testapp.models import JobRun, RecordedRun
 
@@ -559,3 +559,34 @@ def recorded_in_file(
     finally:
         write(outcome)
     return token
+
+
+def _context_seen() -> dict[str, Any]:
+    """What ``django_iq.current()`` says inside the run, as JSON."""
+    context = current()
+    if context is None:
+        return {}
+    return {
+        "entry_id": context.entry_id,
+        "attempt": context.attempt,
+        "queue": context.queue,
+        "job_name": context.job_name,
+        "worker": context.worker,
+        "batch_id": context.batch_id,
+        "parents": {str(parent): value for parent, value in context.parents.items()},
+    }
+
+
+@job(max_attempts=3, backoff_base_seconds=0)
+def whoami(fail_first: int = 0) -> dict[str, Any]:
+    """Return the job's own context; fail the first ``fail_first`` attempts."""
+    seen = _context_seen()
+    if seen["attempt"] <= fail_first:
+        raise RuntimeError(f"attempt {seen['attempt']} fails on purpose")
+    return seen
+
+
+@job
+async def whoami_async() -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return _context_seen()
