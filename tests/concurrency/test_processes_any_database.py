@@ -15,7 +15,7 @@ from django_iq import enqueue_many
 from django_iq.models import Entry, EntryError, GroupLock, RunOutcome, Worker
 from tests.conftest import wait_until
 from tests.processes import finish, start_command
-from tests.testapp.jobs import record, whoami
+from tests.testapp.jobs import record, whoami, whoami_async
 from tests.testapp.models import JobRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -87,10 +87,12 @@ def gone(pid: int) -> bool:
 
 
 def test_a_job_in_a_worker_process_knows_its_entry_and_its_parents_results() -> None:
-    """``django_iq.current()`` in a real worker: the worker's own name, and the return value
-    of a parent that ran in another run of that process (read from its outcome record)."""
+    """``django_iq.current()`` in a real worker: the worker's own name, the return value of a
+    parent that ran in another run of that process (read from its outcome record), and the
+    context of a coroutine job."""
     parent = whoami.enqueue()
     child = whoami.using(after=[parent]).enqueue()
+    coroutine = whoami_async.enqueue()
 
     worker = start_command("runworker", "--burst", "--threads", "2")
     code, output = finish(worker, 120)
@@ -101,3 +103,5 @@ def test_a_job_in_a_worker_process_knows_its_entry_and_its_parents_results() -> 
     assert seen[parent.pk]["worker"] == seen[child.pk]["worker"] == name
     assert seen[child.pk]["entry_id"] == child.pk and seen[child.pk]["attempt"] == 1
     assert seen[child.pk]["parents"] == {str(parent.pk): seen[parent.pk]}
+    assert seen[coroutine.pk]["entry_id"] == coroutine.pk, "a coroutine job sees it too"
+    assert seen[coroutine.pk]["worker"] == name

@@ -1,7 +1,7 @@
 """``django_iq.current()``: a job knows its own entry (id, attempt, queue, job, worker), its
 batch, and its parents' return values (``using(after=...)``); None outside a job. Run through
 ``run_jobs`` here; tests/concurrency/test_processes_any_database.py reads it from a real
-worker process."""
+worker process, a coroutine job's too."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import django_iq
 from django_iq.models import Entry
 from django_iq.testing import run_jobs
-from tests.testapp.jobs import batch_done, whoami, whoami_async
+from tests.testapp.jobs import batch_done, whoami
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,15 +35,6 @@ def test_a_job_knows_its_entry_its_attempt_its_queue_and_its_worker() -> None:
         "parents": {},
     }
     assert django_iq.current() is None, "reset once the run ended"
-
-
-def test_a_coroutine_job_sees_it_too() -> None:
-    entry = whoami_async.enqueue()
-
-    (outcome,) = run_jobs()
-
-    assert outcome.return_value["entry_id"] == entry.pk
-    assert outcome.return_value["attempt"] == 1
 
 
 def test_a_child_reads_its_parents_return_values_and_a_member_its_batch() -> None:
