@@ -34,9 +34,11 @@ def staff(client: Client, *codenames: str) -> Client:
 
 def about(seconds: float | None, expected: float) -> bool:
     """Within the stated bound below ``expected`` (a run lasts at least what it sleeps), and
-    above it by at most what a loaded machine adds to a run (its queries, the scheduling)."""
+    above it by at most what a loaded machine adds to a run (its queries, the scheduling): in
+    a full CI run on two cores, one of twelve 20 ms runs took 188 ms, and p95 of twelve runs is
+    the slowest of them."""
     assert seconds is not None
-    return expected * (1 - QUANTILE_RELATIVE_ERROR) <= seconds <= expected * 2 + 0.1
+    return expected * (1 - QUANTILE_RELATIVE_ERROR) <= seconds <= expected * 2 + 0.5
 
 
 @pytest.mark.django_db(transaction=True)
