@@ -78,7 +78,7 @@ def parent_ids_of(entry: Entry) -> tuple[int, ...]:
 
 
 @contextmanager
-def running(entry: Entry, worker_name: str) -> Iterator[JobContext]:
+def running(entry: Entry, worker_name: str) -> Iterator[None]:
     """``current()`` is ``entry``'s context while the block runs."""
     context = JobContext(
         entry_id=entry.pk,
@@ -91,6 +91,6 @@ def running(entry: Entry, worker_name: str) -> Iterator[JobContext]:
     )
     token = _running.set(context)
     try:
-        yield context
+        yield
     finally:
         _running.reset(token)

@@ -680,12 +680,10 @@ class WorkerProcess(IQProcess):
         ``fence_after_seconds()`` (it stops claiming; ``WorkerFenced`` is raised in its runs),
         and exit at once if a run is still going ``fence_grace_seconds()`` later, before the
         leader may declare the worker dead and give its entries to another worker."""
-        if self.worker is None or not fence_leaves_margin():
-            return  # check django_iq.E021 refuses such settings
         now = time.monotonic()
-        silent = now - self._last_heartbeat_ok
         if self._fenced_at is None:
-            if silent < fence_after_seconds():
+            silent = self._past_the_fence()
+            if silent is None:
                 return
             self._fenced_at = now
             runs = self.watchdog.fence()
@@ -715,14 +713,21 @@ class WorkerProcess(IQProcess):
         wait until the watchdog fences it or a heartbeat completes. A process thawed after the
         silence limit would otherwise start a claim in hand, whose lock recovery may have
         released meanwhile, in the moment before its watchdog runs."""
-        if self.worker is None or not fence_leaves_margin():
-            return
         while (
             self._fenced_at is None
             and not self.stopping.is_set()
-            and time.monotonic() - self._last_heartbeat_ok >= fence_after_seconds()
+            and self._past_the_fence() is not None
         ):
             time.sleep(0.02)
+
+    def _past_the_fence(self) -> float | None:
+        """Seconds without a completed heartbeat, once they reach ``fence_after_seconds()``;
+        None before, and for a worker the fence does not apply to (not registered, or settings
+        that leave it no room, which check django_iq.E021 refuses)."""
+        if self.worker is None or not fence_leaves_margin():
+            return None
+        silent = time.monotonic() - self._last_heartbeat_ok
+        return silent if silent >= fence_after_seconds() else None
 
     def _heal(self) -> None:
         """A heartbeat completed (this row is alive) after the worker fenced itself: resume if

@@ -16,14 +16,20 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
 from django.db.models import Count
 
 from django_iq.models import Entry, EntryError, GroupLock
 from tests.factories import most_at_once, most_starts_within
 from tests.faults import fleet_jobs
 from tests.faults.cluster import OwnCluster, own_database
-from tests.faults.harness import Verdict, judge, start_leader, start_worker, stop_all
+from tests.faults.harness import (
+    Verdict,
+    backend_pids,
+    judge,
+    start_leader,
+    start_worker,
+    stop_all,
+)
 from tests.processes import command_env
 from tests.testapp.models import RecordedRun
 
@@ -74,28 +80,18 @@ def enqueue_mix() -> set[str]:
     return {args[0] for _, calls in batches for args, _ in calls}
 
 
-def sessions() -> int:
-    """Open sessions of the database, but this one."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
-        )
-        return int(cursor.fetchone()[0])
-
-
 def drain(timeout: float) -> int:
     """Wait until every entry ran; return the most sessions seen open meanwhile."""
     most = 0
     deadline = time.monotonic() + timeout
     while RecordedRun.objects.count() < ENTRIES or Entry.objects.exists():
-        most = max(most, sessions())
+        most = max(most, len(backend_pids()))
         assert time.monotonic() < deadline, (
             f"the drain: {RecordedRun.objects.count()} of {ENTRIES} ran, "
             f"{Entry.objects.count()} entries left, "
             f"{dict(Entry.objects.values_list('job_name').annotate(n=Count('pk')))}"
         )
-        time.sleep(1)
+        time.sleep(1)  # the poll: one sample a second keeps the test's own queries light
     return most
 
 
