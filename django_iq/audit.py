@@ -76,7 +76,9 @@ def record(outcome: ActionResult, actor: Actor, target: str) -> ActionResult:
         user_pk=actor.user_pk,
         action=outcome.action,
         target=target,
-        done=outcome.done_count,
+        # A cancel requested from the worker running the entry counts as done: it was asked
+        # for, and the message says which.
+        done=outcome.done_count + len(outcome.requested),
         skipped=len(outcome.skipped),
         not_found=len(outcome.not_found),
         message=outcome.message,
@@ -100,6 +102,20 @@ def admin_log(actor: Actor, objects: Sequence[Model], effect: Effect, message: s
     flag = {"addition": ADDITION, "change": CHANGE, "deletion": DELETION}[effect]
     LogEntry.objects.log_actions(
         user_id=actor.user_pk, queryset=list(objects), action_flag=flag, change_message=message
+    )
+
+
+def log_cancels(actor: Actor, entries: Sequence[Model], outcome: Any, how: str) -> None:
+    """Django's admin log of a cancel (``operations.cancel``'s ``outcome``) of ``entries``:
+    a deletion for each entry cancelled, a change for each whose cancel was requested from
+    the worker running it; ``how`` says through which door."""
+    done, requested = set(outcome.done), set(outcome.requested)
+    admin_log(actor, [e for e in entries if e.pk in done], "deletion", f"Cancelled {how}.")
+    admin_log(
+        actor,
+        [e for e in entries if e.pk in requested],
+        "change",
+        f"Cancel requested {how}: the worker running it stops it.",
     )
 
 

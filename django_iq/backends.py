@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from django_iq import signals
+from django_iq.context import HeldProgress
 from django_iq.dbconn import with_db_retry
 from django_iq.exceptions import DatabaseUnavailable, InvalidJobOptions, IQError
 from django_iq.models import Entry, EntryError, GroupLock, RunOutcome
@@ -122,7 +123,14 @@ class TaskJob(Job[Any, Any]):
             # The runner passes the context first: enqueued calls are checked after it.
             self.leading_arguments = (None,)
 
-    def invoke(self, entry: Entry, worker_name: str, timeout: float | None = None) -> Any:
+    def invoke(
+        self,
+        entry: Entry,
+        worker_name: str,
+        timeout: float | None = None,
+        lock_id: int | None = None,
+        progress: HeldProgress | None = None,
+    ) -> Any:
         backend = cast("IQBackend", self.task.get_backend())
         if entry.result_id is not None:
             # A first run has no earlier runs to read; a later one reads them (its errors and

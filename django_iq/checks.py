@@ -125,6 +125,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     errors.extend(_check_queues(merged["QUEUES"]))
+    errors.extend(_check_queue_database(merged["DATABASE"]))
     errors.extend(_check_listen_database(merged["LISTEN_DATABASE"]))
     errors.extend(_check_run_on_commit(merged["RUN_ON_COMMIT"]))
     errors.extend(_check_metrics_token(merged["METRICS_TOKEN"]))
@@ -167,6 +168,43 @@ def _check_run_on_commit(run_on_commit: bool) -> list[CheckMessage]:
             id="django_iq.W003",
         )
     ]
+
+
+ROUTER = "django_iq.routers.QueueRouter"
+
+
+def _check_queue_database(alias: str | None) -> list[CheckMessage]:
+    """``DATABASE`` names an alias of ``DATABASES``, and ``QueueRouter`` routes to it: without
+    the router, Django would write django_iq's rows to ``default`` and its migrations would
+    run there."""
+    if alias is None:
+        return []
+    if alias not in settings.DATABASES:
+        return [
+            Error(
+                f"DJANGO_IQ['DATABASE'] is {alias!r}, which is not an alias in DATABASES "
+                f"({', '.join(sorted(settings.DATABASES))}).",
+                hint="Add the queue's database to DATABASES under that alias, or remove the key "
+                "to keep django_iq's tables in the application's database.",
+                id="django_iq.E022",
+            )
+        ]
+    routers = [
+        r if isinstance(r, str) else type(r).__module__ + "." + type(r).__qualname__
+        for r in settings.DATABASE_ROUTERS
+    ]
+    if ROUTER not in routers:
+        return [
+            Error(
+                f"DJANGO_IQ['DATABASE'] is {alias!r}, but DATABASE_ROUTERS does not name "
+                f"{ROUTER!r}: django_iq's tables and migrations would go to the default "
+                "database.",
+                hint=f'Add DATABASE_ROUTERS = ["{ROUTER}"] (before routers that claim every '
+                "model) to the settings.",
+                id="django_iq.E023",
+            )
+        ]
+    return []
 
 
 def _check_listen_database(alias: str | None) -> list[CheckMessage]:

@@ -96,6 +96,7 @@ def fold_entries(job: Job[Any, Any], entries: list[Entry]) -> dict[str, Any]:
     try:
         _, kwargs = validate_arguments([], result)
         as_kwargs(job.func, [], kwargs)
+        job.limit_keys_of([], kwargs)  # the keys of its limits, taken again at the merge
     except InvalidJobArguments as exc:
         raise FoldRefused(f"merge returned arguments that cannot be enqueued: {exc}") from None
     return kwargs
@@ -126,6 +127,7 @@ def compact(
                     group,
                     partial(fold_entries, registered),
                     max_attempts=registered.options.effective_max_attempts,
+                    limit_keys=partial(registered.limit_keys_of, ()),
                     now=now,
                     limit=max_entries,
                 )

@@ -63,10 +63,16 @@ SETTINGS: dict[str, Setting] = {
     "LISTEN_NOTIFY": Setting(True, (bool,)),
     # The DATABASES alias workers LISTEN on; None: the entries' write database. Behind a pooler
     # in transaction mode (PgBouncer), an alias connecting to PostgreSQL directly.
+    # The DATABASES alias every django_iq table, statement, LISTEN and migration uses, with
+    # DATABASE_ROUTERS = ["django_iq.routers.QueueRouter"]; None: the application's database.
+    "DATABASE": Setting(None, (str, type(None))),
     "LISTEN_DATABASE": Setting(None, (str, type(None))),
     "PROMOTE_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.01, 3600),
     "HEARTBEAT_INTERVAL_SECONDS": Setting(5.0, (int, float), 0.1, 3600, env=True),
     "SHUTDOWN_GRACE_SECONDS": Setting(30.0, (int, float), 0, 86_400, env=True),
+    # A running job's progress (django_iq.set_progress) is written at most once per this many
+    # seconds per entry; reports in between are held and the last one written later.
+    "PROGRESS_INTERVAL_SECONDS": Setting(1.0, (int, float), 0.05, 3600, env=True),
     # A job's timeout when neither @job(timeout=...) nor using(timeout=...) gives one; None: none.
     "DEFAULT_TIMEOUT_SECONDS": Setting(
         None, (int, float, type(None)), 0.001, 365 * 86_400, env=True
@@ -111,6 +117,9 @@ SETTINGS: dict[str, Setting] = {
     # Outcome records (one row per run that ended, Django Tasks results among them) are kept
     # this long after the run finished.
     "OUTCOME_RETENTION_SECONDS": Setting(86_400.0, (int, float), 1),
+    # PostgreSQL: outcome records live in partitions this wide (by when the run finished); the
+    # leader creates them ahead and drops a whole one once all of it is past the retention.
+    "OUTCOME_PARTITION_SECONDS": Setting(3600, (int,), 60, 7 * 86_400),
     # A return value whose JSON takes more bytes is stored as a marker saying so.
     "OUTCOME_MAX_RETURN_BYTES": Setting(65_536, (int,), 0, 64 * 1_048_576),
     # Per-minute throughput rows (the dashboard's charts) are kept this long.

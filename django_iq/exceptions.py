@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, OperationalError
 
@@ -162,3 +164,104 @@ class InvalidSchedule(IQError, ValueError):
     """A cron job's schedule cannot be used: not five cron fields, no fire time to come (30
     February), an unknown time zone, an interval out of range, or a one-off time that is not
     an aware datetime a run may be set for. See docs/howto/cron.md."""
+
+
+class InvalidArgument(IQError, ValueError):
+    """A call of the caller's-side API (``wait()``, ``as_completed()`` and their async twins,
+    ``progress()``) or ``set_progress()`` got an argument it cannot use: not an entry or an
+    entry id, an entry never saved, a timeout that is negative, infinite or not a number, a
+    progress that is not a finite number of 0 or more, more done than the total, a note too
+    long. Nothing was written."""
+
+
+class NotInJob(IQError, RuntimeError):
+    """``set_progress()`` was called outside a job: only a run (a worker's, or
+    ``django_iq.testing.run_jobs``) has progress to report. Nothing was written."""
+
+
+class EntryNotFound(IQError, LookupError):
+    """``wait()``, ``as_completed()`` or ``progress()`` was given an entry id that names no entry and no ended
+    entry's records: never enqueued, or ended so long ago that its records were pruned
+    (``OUTCOME_RETENTION_SECONDS``, ``ERROR_RETENTION_SECONDS``), or merged away by
+    compaction. ``entry_ids`` lists them."""
+
+    def __init__(self, entry_ids: list[int]) -> None:
+        self.entry_ids = entry_ids
+        shown = ", ".join(str(i) for i in entry_ids[:10]) + (" ..." if len(entry_ids) > 10 else "")
+        super().__init__(
+            f"no entry and no record of an ended entry with id {shown}: never enqueued, or "
+            "its records were pruned"
+        )
+
+
+class WaitTimeout(IQError, TimeoutError):
+    """``wait()`` or ``as_completed()`` reached its ``timeout`` before the entries ended; they
+    may still run. ``entry_ids`` lists those that had not ended."""
+
+    def __init__(self, entry_ids: list[int], timeout: float) -> None:
+        self.entry_ids = entry_ids
+        shown = ", ".join(str(i) for i in entry_ids[:10]) + (" ..." if len(entry_ids) > 10 else "")
+        super().__init__(f"entry {shown} had not ended after {timeout:g} s")
+
+
+class WaitRefused(IQError, RuntimeError):
+    """A job called ``wait()`` or ``as_completed()`` on an entry of its own queue. Refused: the
+    waiting job holds a processing thread of that queue's workers, and with every thread
+    waiting so, the entries waited on would never start."""
+
+
+class JobFailed(IQError):
+    """``wait()``: the entry failed for good (its last attempt raised, or timed out).
+    ``exception_class`` and ``message`` are those of the job's exception; ``outcome`` is the
+    ``EntryOutcome``."""
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.entry_id: int = outcome.entry_id
+        self.exception_class: str = outcome.exception_class
+        self.message: str = outcome.message
+        super().__init__(
+            f"{outcome.job_name or 'the job'} (entry {outcome.entry_id}) failed: "
+            f"{outcome.exception_class}: {outcome.message}"
+        )
+
+
+class JobCancelled(BaseException):
+    """Raised in a job's thread when its run is cancelled (``django_iq.cancel()``; a coroutine
+    job's task is cancelled and this is raised from it), and by ``wait()`` for a cancelled
+    entry (``outcome``, ``entry_id``: which, and when). A ``BaseException``, like
+    ``asyncio.CancelledError`` and ``JobTimeout``, so that a job's or a caller's
+    ``except Exception:`` does not take a cancel for an ordinary error."""
+
+    def __init__(self, outcome: Any = None) -> None:
+        if outcome is None or isinstance(outcome, str):
+            self.outcome = None
+            self.entry_id: int | None = None
+            super().__init__(outcome or "The run was cancelled.")
+            return
+        self.outcome = outcome
+        self.entry_id = outcome.entry_id
+        super().__init__(
+            f"{outcome.job_name or 'the job'} (entry {outcome.entry_id}) was cancelled"
+        )
+
+
+class JobExpired(IQError):
+    """``wait()``: the entry expired (``@job(expires=...)``, ``using(expires=...)``): it was not
+    started before its expiry, or, after failed attempts, not started again (its retry was due
+    after the expiry). ``outcome`` says when it ended and which attempt did not start."""
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.entry_id: int = outcome.entry_id
+        before = "it started"
+        if outcome.attempt and outcome.attempt > 1:
+            before = f"its retry started ({outcome.attempt - 1} attempt(s) had failed)"
+        super().__init__(
+            f"{outcome.job_name or 'the job'} (entry {outcome.entry_id}) expired before {before}"
+        )
+
+
+class EntryExpired(IQError):
+    """Recorded (never raised) as the exception class of an entry that expired before it
+    started."""

@@ -38,21 +38,7 @@ def check_grouping(
             f"{job_name}: give group_by or group_key, not both; using(group_key=...) still "
             "overrides group_by for one enqueue."
         )
-    parameters = inspect.signature(func).parameters
-    if isinstance(group_by, str):
-        parameter = parameters.get(group_by)
-        if parameter is None or parameter.kind not in _NAMED:
-            named = [p.name for p in parameters.values() if p.kind in _NAMED]
-            raise InvalidJobOptions(
-                f"{job_name}: group_by={group_by!r} is not a named parameter of the function; "
-                f"its parameters are: {', '.join(named) or '(none)'}. Pass a callable "
-                "group_by=lambda args, kwargs: ... for anything else."
-            )
-    elif not callable(group_by):
-        raise InvalidJobOptions(
-            f"{job_name}: group_by must be a parameter name or a callable (args, kwargs) -> "
-            f"str, got {type(group_by).__name__} {group_by!r:.80}."
-        )
+    check_key_source(func, job_name, "group_by", group_by)
     if merge is None:
         return
     if not callable(merge):
@@ -62,7 +48,7 @@ def check_grouping(
         )
     refused = [
         p.name
-        for p in parameters.values()
+        for p in inspect.signature(func).parameters.values()
         if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
     ]
     if refused:
@@ -94,49 +80,97 @@ def group_key_of(
 ) -> str:
     """The group key of the call ``func(*args, **kwargs)``; raise ``InvalidJobArguments`` if
     the argument is missing, None, not a string or an integer, or too long to store."""
-    if isinstance(group_by, str):
-        bound = _bind(func, args, kwargs)
+    return key_of(
+        func,
+        group_by,
+        args,
+        kwargs,
+        "group key",
+        "group_by",
+        "pass a value to group by, or using(group_key=...)",
+    )
+
+
+def check_key_source(func: Callable[..., Any], job_name: str, option: str, source: Any) -> None:
+    """Refuse, with ``InvalidJobOptions``, a key option (``concurrency_key``,
+    ``rate_limit_key``) that is neither a named parameter of ``func`` nor a callable."""
+    if source is None:
+        return
+    if isinstance(source, str):
+        parameters = inspect.signature(func).parameters
+        parameter = parameters.get(source)
+        if parameter is None or parameter.kind not in _NAMED:
+            named = [p.name for p in parameters.values() if p.kind in _NAMED]
+            raise InvalidJobOptions(
+                f"{job_name}: {option}={source!r} is not a named parameter of the function; "
+                f"its parameters are: {', '.join(named) or '(none)'}. Pass a callable "
+                f"{option}=lambda args, kwargs: ... for anything else."
+            )
+    elif not callable(source):
+        raise InvalidJobOptions(
+            f"{job_name}: {option} must be a parameter name or a callable (args, kwargs) -> "
+            f"str, got {type(source).__name__} {source!r:.80}."
+        )
+
+
+def key_of(
+    func: Callable[..., Any],
+    source: GroupBy,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    what: str,
+    option: str,
+    hint: str,
+) -> str:
+    """The key (``what``: "group key", "concurrency key", ...) of the call
+    ``func(*args, **kwargs)``, taken as ``option`` says: the argument it names, or what it
+    returns when called with ``(args, kwargs)``. Raise ``InvalidJobArguments`` if the
+    argument is missing, None, not a string or an integer, or too long to store, or if the
+    callable raises."""
+    if isinstance(source, str):
+        # Partly: a batch's callback gets the batch's counts only when it runs.
+        bound = _bind(func, args, kwargs, partial=True)
         bound.apply_defaults()
-        value = bound.arguments.get(group_by)
-        where = f"argument {group_by!r}"
+        value = bound.arguments.get(source)
+        where = f"argument {source!r}"
     else:
-        where = f"group_by {getattr(group_by, '__name__', 'callable')}(args, kwargs)"
+        where = f"{option} {getattr(source, '__name__', 'callable')}(args, kwargs)"
         try:
-            value = group_by(tuple(args), dict(kwargs))
+            value = source(tuple(args), dict(kwargs))
         except Exception as exc:  # the user's callable: refused as the call's error, not ours
             raise InvalidJobArguments(
-                f"The group key comes from {where}, which raised {type(exc).__name__}: {exc}"
+                f"The {what} comes from {where}, which raised {type(exc).__name__}: {exc}"
             ) from exc
     if value is None:
-        raise InvalidJobArguments(
-            f"The group key comes from {where}, which is None; pass a value to group by, or "
-            "using(group_key=...)."
-        )
+        raise InvalidJobArguments(f"The {what} comes from {where}, which is None; {hint}.")
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
         raise InvalidJobArguments(
-            f"The group key comes from {where}, which is {type(value).__name__} {value!r:.80}; "
+            f"The {what} comes from {where}, which is {type(value).__name__} {value!r:.80}; "
             "it must be a string or an integer."
         )
     if not 0 < len(value) <= MAX_GROUP_KEY_LENGTH:
         raise InvalidJobArguments(
-            f"The group key from {where} has {len(value)} characters; it must have 1 to "
+            f"The {what} from {where} has {len(value)} characters; it must have 1 to "
             f"{MAX_GROUP_KEY_LENGTH}."
         )
     problem = text_problem(value)
     if problem is not None:
         raise InvalidJobArguments(
-            f"The group key from {where} {value!r:.80} {problem}; the database cannot store it."
+            f"The {what} from {where} {value!r:.80} {problem}; the database cannot store it."
         )
     return value
 
 
 def _bind(
-    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool = False
 ) -> inspect.BoundArguments:
+    signature = inspect.signature(func)
     try:
-        return inspect.signature(func).bind(*args, **kwargs)
+        if partial:
+            return signature.bind_partial(*args, **kwargs)
+        return signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise InvalidJobArguments(
             f"The arguments do not fit {getattr(func, '__qualname__', func)}{inspect.signature(func)}"

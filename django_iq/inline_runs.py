@@ -52,8 +52,8 @@ class Outcome:
     """How one run of an entry ended.
 
     ``status`` is ``"succeeded"``, ``"retrying"`` (the attempt failed and the entry waits for its
-    retry), ``"failed"`` (the failure is final: the entry is gone, its error record stays) or
-    ``"snoozed"``. ``return_value`` is what the job returned; ``exception`` what it raised, and
+    retry), ``"failed"`` (the failure is final: the entry is gone, its error record stays),
+    ``"snoozed"`` or ``"expired"`` (not started: its expiry had passed). ``return_value`` is what the job returned; ``exception`` what it raised, and
     ``error`` the ``EntryError`` written for it.
     """
 

@@ -193,7 +193,13 @@ class LimitedClaims:
                 self._misses.pop(key, None)
 
     def heard_of(self, queue: str | None) -> None:
-        """Work arrived in ``queue`` (None: anywhere): look for its limited jobs again."""
+        """Work arrived in ``queue`` (None: anywhere): look for its limited jobs again. A job
+        limited per key found with no room is looked at again within ``LIMITED_RETRY_SECONDS``
+        (not after its longer back-off): the new work may be of a key with room."""
         with self._lock:
             for key in [key for key in self._idle_until if queue is None or key[0] == queue]:
                 del self._idle_until[key]
+            soon = time.monotonic() + LIMITED_RETRY_SECONDS
+            for key, until in list(self._full_until.items()):
+                if (queue is None or key[0] == queue) and self.jobs[key[1]].is_keyed:
+                    self._full_until[key] = min(until, soon)

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models
+from django.db import models, router
 from django.db.models import BaseConstraint, Q
 from django.utils import timezone
 
@@ -145,6 +146,27 @@ class Entry(models.Model):
     # that the job can read their return values (``django_iq.current().parents``); NULL for
     # entries enqueued without ``after``.
     parent_ids = models.JSONField(null=True, blank=True)
+    # Set by ``django_iq.wait()`` on PostgreSQL: the success that deletes the entry then sends
+    # NOTIFY on ENDED_CHANNEL, which wakes the waiter (no other success pays for one).
+    awaited = models.BooleanField(default=False, db_default=False)
+    # An entry not started by then never runs (``expires``): a worker that comes to it, or the
+    # leader's expiry duty, ends it as ``expired``. NULL: no expiry.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Set by ``django_iq.cancel()`` on an entry a worker held (running, or waiting in its
+    # claim): the worker stops it (``JobCancelled``) or ends it before it starts.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # The values of the job's keys (@job(concurrency_key=..., rate_limit_key=...)) its cap and
+    # rate limit count per value of; "" for a job without them.
+    concurrency_key = models.CharField(max_length=200, blank=True, default="", db_default="")
+    rate_limit_key = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The last progress its job reported (``django_iq.set_progress``), written at most once per
+    # ``PROGRESS_INTERVAL_SECONDS`` by the run (``Entry.objects.report_progress``). Floats:
+    # whole counts and fractions alike. ``progress_at`` is when the job reported it; NULL until
+    # the first report. A retry keeps the last attempt's report until the new one reports.
+    progress_done = models.FloatField(null=True, blank=True)
+    progress_total = models.FloatField(null=True, blank=True)
+    progress_note = models.CharField(max_length=200, blank=True, default="", db_default="")
+    progress_at = models.DateTimeField(null=True, blank=True)
 
     # Set on an entry that ``enqueue()`` returned instead of writing a new one (unique jobs).
     is_duplicate = False
@@ -202,6 +224,12 @@ class Entry(models.Model):
             models.Index(
                 fields=["job_name", "state", "queue", "-priority", "id"],
                 name="iq_entry_job_state_idx",
+            ),
+            # The leader's expiry duty: entries past their expiry, the longest expired first.
+            PartialIndex(
+                fields=["expires_at"],
+                where=Q(expires_at__isnull=False),
+                name="iq_entry_expires_idx",
             ),
             # A batch's members still waiting or running (the admin's link from a batch).
             PartialIndex(
@@ -298,6 +326,9 @@ class JobLimit(models.Model):
     max_concurrency_per_node = models.PositiveIntegerField(null=True, blank=True)
     rate_count = models.PositiveIntegerField(null=True, blank=True)
     rate_period_seconds = models.FloatField(null=True, blank=True)
+    # max_concurrency / the rate limit count each value of the job's key on its own.
+    concurrency_keyed = models.BooleanField(default=False, db_default=False)
+    rate_keyed = models.BooleanField(default=False, db_default=False)
     updated_at = models.DateTimeField(default=timezone.now)
 
     objects = JobLimitManager()
@@ -315,9 +346,17 @@ class JobStart(models.Model):
 
     job_name = models.CharField(max_length=200)
     started_at = models.DateTimeField()
+    # The entry's rate limit key, for a job limited per key; "" otherwise.
+    rate_limit_key = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     class Meta:
-        indexes = [models.Index(fields=["job_name", "started_at"], name="iq_jobstart_idx")]
+        indexes = [
+            models.Index(fields=["job_name", "started_at"], name="iq_jobstart_idx"),
+            # A rate limit per key counts the starts of the keys a claim reads.
+            models.Index(
+                fields=["job_name", "rate_limit_key", "started_at"], name="iq_jobstart_key_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_name} at {self.started_at.isoformat()}"
@@ -383,6 +422,9 @@ class GroupLock(models.Model):
     entry_id = models.BigIntegerField(null=True, blank=True)
     # The job of a claim under a cap (its entries are of that job alone); NULL otherwise.
     job_name = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    # The concurrency key of a claim of a job capped per key (its first entry's): counted
+    # against that key's cap while the lock lives; "" otherwise.
+    concurrency_key = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     objects = GroupLockManager()
 
@@ -625,8 +667,10 @@ class RunOutcome(models.Model):
     class Meta:
         ordering = ("-id",)
         indexes = [
-            # A job's recent runs; pruning by age; a Tasks result's runs.
+            # A job's recent runs; pruning by age; a Tasks result's runs; an entry's runs
+            # (``wait()``, a child's parents).
             models.Index(fields=["job_name", "finished_at"], name="iq_outcome_job_idx"),
+            models.Index(fields=["entry_id"], name="iq_outcome_entry_idx"),
             models.Index(fields=["finished_at"], name="iq_outcome_finished_idx"),
             PartialIndex(
                 fields=["result_id"],
@@ -815,9 +859,10 @@ class ApiToken(models.Model):
     made with ``ApiToken.objects.issue``, revoked through ``operations.revoke_tokens``."""
 
     name = models.CharField(max_length=100, help_text="What uses the token, e.g. nightly-ci.")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="django_iq_api_tokens"
-    )
+    # The primary key of the user the token acts as, as text: a reference, not a foreign key,
+    # since the users may live in another database than django_iq's tables (DJANGO_IQ
+    # ["DATABASE"]). ``user`` reads the user; a deleted user's tokens are revoked.
+    user_pk = models.CharField(max_length=64, db_index=True, editable=False)
     # The token's first characters, in clear: enough to recognise it, far too few to use it.
     prefix = models.CharField(max_length=16, editable=False)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
@@ -842,6 +887,25 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def user(self) -> Any:
+        """The user the token acts as (read from the users' database once), or None when that
+        user is gone."""
+        if "_user" not in self.__dict__:
+            model = get_user_model()
+            users = model._default_manager.db_manager(router.db_for_read(model))
+            try:
+                pk = model._meta.pk.to_python(self.user_pk)
+            except ValidationError:
+                pk = None
+            self.__dict__["_user"] = users.filter(pk=pk).first() if pk is not None else None
+        return self.__dict__["_user"]
+
+    @user.setter
+    def user(self, user: Any) -> None:
+        self.user_pk = str(user.pk)
+        self.__dict__["_user"] = user
 
     def status(self, now: Any = None) -> str:
         """``"revoked"``, ``"expired"`` or ``"active"`` at ``now`` (default: now)."""

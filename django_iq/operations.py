@@ -41,7 +41,6 @@ LISTED_ITEMS = 20
 
 ALREADY_PAUSED = "already paused"
 NOT_PAUSED = "not paused"
-BEING_RUN = "being run by a worker"
 NOT_DEFERRED = "not deferred (only initial entries can run now)"
 NOT_A_FINAL_FAILURE = "not a final failure, or already requeued"
 NOT_DISABLED = "not disabled"
@@ -72,6 +71,8 @@ class ActionResult:
     counted: int | None = None
     # Why something may not be found: "finished, failed for good or already cancelled".
     not_found_hint: str = ""
+    # A cancel of entries a worker holds: requested from that worker, which stops them.
+    requested: list[Any] = field(default_factory=list)
 
     @property
     def done_count(self) -> int:
@@ -86,6 +87,11 @@ class ActionResult:
         text += f": {self._items(self.done)}." if self.done else "."
         if self.created:
             text += f" New entries: {self._items(self.created)}."
+        if self.requested:
+            text += (
+                f" Cancel requested for {plural(len(self.requested), *self.noun)} being run "
+                f"(the worker stops them): {self._items(self.requested)}."
+            )
         reasons: dict[str, list[Any]] = {}
         for item, reason in self.skipped.items():
             reasons.setdefault(reason, []).append(item)
@@ -109,6 +115,7 @@ class ActionResult:
             "skipped": self.skipped,
             "not_found": self.not_found,
             "created": self.created,
+            "requested": self.requested,
             "message": self.message,
         }
 
@@ -129,21 +136,43 @@ def _ids(ids: Iterable[T]) -> list[T]:
 
 
 def cancel(ids: Iterable[int], actor: Actor) -> ActionResult:
-    """Delete these entries, whatever their state, except those a worker is running."""
+    """Cancel these entries (``django_iq.cancel``): those no worker holds are deleted at once;
+    for those a worker holds, running or in its claim, the cancel is requested from it."""
     wanted = sorted(set(ids))
     with _atomic():
-        cancelled, running = Entry.objects.cancel_returning(wanted, catalog)
+        cancelled, requested = Entry.objects.cancel_or_request(wanted, catalog)
         done = sorted(entry.pk for entry in cancelled)
+        ended = set(done) | set(requested)
         outcome = ActionResult(
             "cancel",
             "Cancelled",
             ("entry", "entries"),
             done=done,
-            skipped=dict.fromkeys(sorted(running), BEING_RUN),
-            not_found=[pk for pk in wanted if pk not in set(done) and pk not in running],
+            requested=sorted(requested),
+            not_found=[pk for pk in wanted if pk not in ended],
             not_found_hint="finished, failed for good or already cancelled",
         )
         return audit.record(outcome, actor, f"entries {_listed(wanted)}")
+
+
+def cancel_matching(
+    actor: Actor, *, job: str | None = None, queue: str | None = None, dry_run: bool = False
+) -> ActionResult:
+    """Cancel every waiting entry of a job and/or a queue (at least one); entries a worker
+    holds are left alone. ``dry_run``: count them, change and record nothing."""
+    detail = matching_detail(job=job, queue=queue)
+    if not detail:
+        raise ValueError("cancel_matching() needs a job or a queue.")
+    noun = ("waiting entry", "waiting entries")
+    if dry_run:
+        count = Entry.objects.waiting_matching(job_name=job, queue=queue).count()
+        return ActionResult("cancel", "Would cancel", noun, detail=detail, counted=count)
+    # Not one transaction: the cancels commit a batch at a time (each holding its rows only
+    # while it runs), and the audit record says how many once they are done.
+    count = Entry.objects.cancel_waiting_matching(job_name=job, queue=queue, jobs=catalog)
+    outcome = ActionResult("cancel", "Cancelled", noun, detail=detail, counted=count)
+    with _atomic():
+        return audit.record(outcome, actor, f"waiting entries{detail}")
 
 
 def run_now(ids: Iterable[int], actor: Actor) -> ActionResult:
@@ -182,7 +211,9 @@ def requeue(error_ids: Iterable[int], actor: Actor) -> ActionResult:
             EntryError.objects.failed().filter(pk__in=found).values_list("pk", flat=True)
         )
         # requeue() reads only the ids, locks the rows itself and skips what is not eligible.
-        created = EntryError.objects.requeue([EntryError(pk=pk) for pk in sorted(eligible)])
+        created = EntryError.objects.requeue(
+            [EntryError(pk=pk) for pk in sorted(eligible)], catalog
+        )
         requeued = set(
             EntryError.objects.filter(pk__in=eligible, requeued_at__isnull=False).values_list(
                 "pk", flat=True
@@ -237,7 +268,7 @@ def _requeue_matching(
 ) -> ActionResult:
     with _atomic():
         count = EntryError.objects.requeue_matching(
-            job_name=job, exception_class=exception_class, queue=queue
+            job_name=job, exception_class=exception_class, queue=queue, jobs=catalog
         )
         outcome = ActionResult(
             "requeue",

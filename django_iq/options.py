@@ -11,7 +11,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from django.utils import timezone
@@ -51,7 +51,10 @@ JOB_OPTIONS = (
     "max_concurrency",
     "max_concurrency_per_node",
     "rate_limit",
+    "concurrency_key",
+    "rate_limit_key",
     "keep_outcomes",
+    "expires",
 )
 # Backoff, the retry policy and the limits belong to the job (workers read them from the
 # registry), so using() cannot change them.
@@ -66,6 +69,7 @@ USING_OPTIONS = (
     "timeout",
     "after",
     "on_parent_failure",
+    "expires",
 )
 # What a child does when a parent (using(after=...)) fails for good: end too, or run anyway.
 PARENT_FAILURE_POLICIES = ("fail", "run")
@@ -198,23 +202,58 @@ def _exception_classes(name: str, value: Any) -> tuple[type[BaseException], ...]
 def validate_unique_for(unique_for: Any) -> timedelta:
     """``unique_for`` as a timedelta: a positive, finite timedelta or number of seconds of at
     most a year; raise ``InvalidJobOptions`` otherwise."""
-    expected = (
+    return _window(
+        unique_for,
         "unique_for must be a timedelta or a number of seconds, more than 0 and at most "
-        f"{MAX_UNIQUE_FOR_SECONDS:,.0f} (a year)"
+        f"{MAX_UNIQUE_FOR_SECONDS:,.0f} (a year)",
     )
-    if isinstance(unique_for, timedelta):
-        seconds = unique_for.total_seconds()
-    elif isinstance(unique_for, (int, float)) and not isinstance(unique_for, bool):
+
+
+def _window(value: Any, expected: str) -> timedelta:
+    """``value`` (a timedelta or a number of seconds, more than 0 and at most a year) as a
+    timedelta; raise ``InvalidJobOptions`` saying ``expected`` otherwise."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
         # Compared before any conversion: an int too large for a float must not overflow.
-        seconds = unique_for if 0 < unique_for <= MAX_UNIQUE_FOR_SECONDS else math.nan
+        seconds = value if 0 < value <= MAX_UNIQUE_FOR_SECONDS else math.nan
     else:
-        raise InvalidJobOptions(f"{expected}, got {type(unique_for).__name__} {unique_for!r:.80}.")
+        raise InvalidJobOptions(f"{expected}, got {type(value).__name__} {value!r:.80}.")
     if not math.isfinite(seconds) or not 0 < seconds <= MAX_UNIQUE_FOR_SECONDS:
-        raise InvalidJobOptions(f"{expected}, got {unique_for!r:.80}.")
-    window = unique_for if isinstance(unique_for, timedelta) else timedelta(seconds=seconds)
+        raise InvalidJobOptions(f"{expected}, got {value!r:.80}.")
+    window = value if isinstance(value, timedelta) else timedelta(seconds=seconds)
     if not window:
-        raise InvalidJobOptions(f"{expected} (a microsecond or more), got {unique_for!r:.80}.")
+        raise InvalidJobOptions(f"{expected} (a microsecond or more), got {value!r:.80}.")
     return window
+
+
+def validate_expires(expires: Any) -> timedelta | datetime:
+    """``expires`` as a timedelta (from a positive, finite number of seconds or timedelta of at
+    most a year) or an aware datetime within the bounds of ``run_at``; raise
+    ``InvalidJobOptions`` otherwise."""
+    if isinstance(expires, datetime):
+        if timezone.is_naive(expires):
+            raise InvalidJobOptions(
+                f"expires {expires.isoformat()} has no timezone; pass an aware datetime."
+            )
+        problem = run_at_problem(expires)
+        if problem is not None:
+            raise InvalidJobOptions(f"expires: {problem}.")
+        return expires
+    return _window(
+        expires,
+        "expires must be a timedelta or a number of seconds, more than 0 and at most "
+        f"{MAX_UNIQUE_FOR_SECONDS:,.0f} (a year), or an aware datetime",
+    )
+
+
+def expires_at(expires: timedelta | datetime | None, due: datetime) -> datetime | None:
+    """When an entry due at ``due`` expires: ``expires`` itself, or ``due`` plus it."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        return expires.astimezone(UTC)
+    return due + expires
 
 
 def _text_option(name: str, value: str) -> None:
@@ -254,11 +293,18 @@ class JobOptions:
     max_concurrency_per_node: int | None = None
     # "N/period": at most N entries of the job start in any window of the period, cluster-wide.
     rate_limit: str | None = None
+    # Per key: max_concurrency and rate_limit count each value of the key on their own (a
+    # parameter name or f(args, kwargs), like group_by; see group_keys.key_of).
+    concurrency_key: Any = None
+    rate_limit_key: Any = None
     # Parent entries (or their ids) the entries wait for, and what a parent's failure does.
     after: tuple[int, ...] | None = None
     on_parent_failure: str = "fail"
     # False: runs of the job leave no outcome record (Django Tasks entries always do).
     keep_outcomes: bool = True
+    # An entry not started by then never runs: a timedelta after it is due (when enqueued, or
+    # its run_at), or, from using(), a datetime.
+    expires: timedelta | datetime | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_concurrency", "max_concurrency_per_node"):
@@ -271,8 +317,28 @@ class JobOptions:
                 )
         if self.rate_limit is not None:
             parse_rate_limit(self.rate_limit)
+        for key, limit in (
+            ("concurrency_key", "max_concurrency"),
+            ("rate_limit_key", "rate_limit"),
+        ):
+            source = getattr(self, key)
+            if source is None:
+                continue
+            if not (isinstance(source, str) and source) and not callable(source):
+                raise InvalidJobOptions(
+                    f"{key} must be a parameter name or a callable (args, kwargs) -> str, got "
+                    f"{type(source).__name__} {source!r:.80}."
+                )
+            if getattr(self, limit) is None:
+                raise InvalidJobOptions(
+                    f"{key} counts {limit} per value of the key; give {limit} too, e.g. "
+                    f"@job({limit}={'2' if limit == 'max_concurrency' else repr('10/m')}, "
+                    f"{key}=...)."
+                )
         if self.timeout is not None:
             object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        if self.expires is not None:
+            object.__setattr__(self, "expires", validate_expires(self.expires))
         if self.after is not None:
             object.__setattr__(self, "after", parent_ids(self.after))
             if self.unique or self.unique_key is not None:
@@ -380,7 +446,14 @@ class JobOptions:
     def limits(self) -> JobLimits:
         """The job's caps and rate limit, as workers publish them."""
         count, period = parse_rate_limit(self.rate_limit) if self.rate_limit else (None, None)
-        return JobLimits(self.max_concurrency, self.max_concurrency_per_node, count, period)
+        return JobLimits(
+            self.max_concurrency,
+            self.max_concurrency_per_node,
+            count,
+            period,
+            concurrency_keyed=self.concurrency_key is not None,
+            rate_keyed=self.rate_limit_key is not None,
+        )
 
     @property
     def queue_name(self) -> str:
@@ -443,24 +516,48 @@ class JobOptions:
 
 @dataclass(frozen=True)
 class JobLimits:
-    """A job's caps and rate limit (None: none)."""
+    """A job's caps and rate limit (None: none); ``concurrency_keyed`` and ``rate_keyed``: the
+    cap and the rate limit count each value of the job's key on its own (``@job(
+    concurrency_key=..., rate_limit_key=...)``), not the job as a whole."""
 
     max_concurrency: int | None = None
     max_concurrency_per_node: int | None = None
     rate_count: int | None = None
     rate_period_seconds: float | None = None
+    concurrency_keyed: bool = False
+    rate_keyed: bool = False
+
+    @property
+    def is_keyed(self) -> bool:
+        return self.concurrency_keyed or self.rate_keyed
+
+    @property
+    def is_rated(self) -> bool:
+        return self.rate_count is not None and self.rate_period_seconds is not None
 
     def room(self, running: int, running_on_node: int, recent_starts: int) -> int:
-        """Claims these limits leave with ``running`` claims in the cluster, ``running_on_node``
-        on the claimer's node and ``recent_starts`` in the rate window (a count a limit does
-        not use is not read); may be negative."""
+        """Claims the job-wide limits leave with ``running`` claims in the cluster,
+        ``running_on_node`` on the claimer's node and ``recent_starts`` in the rate window (a
+        count a limit does not use is not read; a limit per key is left to ``key_room``); may
+        be negative."""
         left = 1 << 30
-        if self.max_concurrency is not None:
+        if self.max_concurrency is not None and not self.concurrency_keyed:
             left = min(left, self.max_concurrency - running)
         if self.max_concurrency_per_node is not None:
             left = min(left, self.max_concurrency_per_node - running_on_node)
-        if self.rate_count is not None and self.rate_period_seconds is not None:
-            left = min(left, self.rate_count - recent_starts)
+        if self.is_rated and not self.rate_keyed:
+            left = min(left, self.rate_count - recent_starts)  # type: ignore[operator]
+        return left
+
+    def key_room(self, running_with_key: int, recent_starts_with_key: int) -> int:
+        """Claims the limits per key leave to one entry's keys, with ``running_with_key``
+        claims of its concurrency key running and ``recent_starts_with_key`` starts of its
+        rate limit key in the window; may be negative."""
+        left = 1 << 30
+        if self.concurrency_keyed and self.max_concurrency is not None:
+            left = min(left, self.max_concurrency - running_with_key)
+        if self.rate_keyed and self.is_rated:
+            left = min(left, self.rate_count - recent_starts_with_key)  # type: ignore[operator]
         return left
 
 
@@ -482,6 +579,13 @@ class JobCatalog(Protocol):
 
     def keeps_outcomes(self, job_name: str) -> bool:
         """Whether the job's runs leave outcome records (True for a job not registered here)."""
+        ...
+
+    def limit_keys_of(
+        self, job_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[str, str]:
+        """The call's concurrency key and rate limit key ("" for none, or for a job not
+        registered here); raise ``InvalidJobArguments`` if a key cannot be taken."""
         ...
 
 

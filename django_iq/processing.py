@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,10 +18,12 @@ from django_iq import signals
 from django_iq.acks import Ack, AckWriter
 from django_iq.bounds import cut_message, exception_class_name, exception_text, format_failure
 from django_iq.conf import iq_settings
+from django_iq.context import HeldProgress
 from django_iq.dbconn import is_transient, refresh_connections, with_db_retry
 from django_iq.disabled_jobs import DisabledJobs
 from django_iq.exceptions import (
     InvalidJobArguments,
+    JobCancelled,
     JobNotRegistered,
     JobTimeout,
     RetryAfter,
@@ -30,6 +33,7 @@ from django_iq.managers import Claim
 from django_iq.managers.series import ready_at
 from django_iq.models import Batch, Entry, EntryError, GroupLock
 from django_iq.options import JobOptions
+from django_iq.progress_reports import end_run
 from django_iq.registry import Job, catalog, get_job
 from django_iq.timeouts import Watch, Watchdog
 
@@ -60,6 +64,14 @@ class _Snoozed:
 PUT_BACK = _Snoozed()
 
 
+class _Cancelled:
+    """The type of ``CANCELLED_RUN``: the run's cancel reached the worker; it ended as
+    cancelled."""
+
+
+CANCELLED_RUN = _Cancelled()
+
+
 class _Abandoned:
     """The type of ``ABANDONED``: the run went on past its timeout's grace period, and the
     worker gave its entry (and its claim) up; nothing more is written for them here."""
@@ -84,6 +96,10 @@ class ClaimResult:
     done: int = 0
     failed: int = 0
     snoozed: int = 0
+    # Entries found past their expiry before they started: ended without running.
+    expired: int = 0
+    # Entries whose cancel reached the worker, before they started or while they ran.
+    cancelled: int = 0
     released: int = 0
     # Job name, seconds and success of each entry run, in order.
     runs: list[tuple[str, float, bool]] = field(default_factory=list)
@@ -101,6 +117,7 @@ class ClaimResult:
 
 # How a run ended, as ``RunEnd.status`` says.
 SUCCEEDED, RETRYING, FAILED, SNOOZED = "succeeded", "retrying", "failed", "snoozed"
+EXPIRED, CANCELLED = "expired", "cancelled"
 
 
 @dataclass(frozen=True)
@@ -109,7 +126,8 @@ class RunEnd:
 
     ``status`` is ``SUCCEEDED`` (handed to the ack writer with ``return_value``), ``RETRYING``
     (the attempt failed and the entry waits for its retry), ``FAILED`` (final: the entry is
-    gone, ``error`` is its final record) or ``SNOOZED``. ``attempt`` is the attempt this run
+    gone, ``error`` is its final record), ``SNOOZED``, ``EXPIRED`` (not started: its expiry
+    had passed) or ``CANCELLED`` (its cancel reached the worker). ``attempt`` is the attempt this run
     was; ``exception`` what the job raised. Runs given up past their timeout, cut off by a
     fence, or handed back unstarted end without a call.
     """
@@ -137,10 +155,13 @@ class Processor:
         watchdog: Watchdog | None = None,
         disabled: DisabledJobs | None = None,
         on_run_end: Callable[[RunEnd], None] | None = None,
+        cancels: set[int] | None = None,
     ) -> None:
         """``on_run_end(run_end)`` is told how each run ended, in the processing thread, once
-        its outcome is written (a success: handed to ``acks``)."""
+        its outcome is written (a success: handed to ``acks``). ``cancels``: the ids of
+        claimed entries whose cancel reached the worker (they end before they start)."""
         self.worker_name = worker_name
+        self.cancels = cancels
         self.on_run_end = on_run_end
         self.acks = acks
         # Times runs out; without one (or with no timeout for an entry) runs are not timed.
@@ -176,6 +197,16 @@ class Processor:
                     )
                 break
             last = index == len(claim.entries) - 1
+            if entry.expires_at is not None and timezone.now() >= entry.expires_at:
+                self._expired(entry, claim.lock_id if last else None, written)
+                result.expired += 1
+                continue
+            if entry.cancel_requested_at is not None or (
+                self.cancels is not None and entry.pk in self.cancels
+            ):
+                self._cancelled(entry, claim.lock_id if last else None, written)
+                result.cancelled += 1
+                continue
             if index:
                 # Recovery counts an attempt on the lock's entry: point it at the one running.
                 with_db_retry(partial(GroupLock.objects.track, claim.lock_id, entry.pk), "track")
@@ -197,6 +228,9 @@ class Processor:
             if isinstance(ack, _Snoozed):
                 result.snoozed += 1
                 continue
+            if isinstance(ack, _Cancelled):
+                result.cancelled += 1
+                continue
             result.runs.append((entry.job_name, time.monotonic() - started, ack is not None))
             if ack is None:
                 result.failed += 1
@@ -209,7 +243,7 @@ class Processor:
 
     def _run_entry(
         self, entry: Entry, claim: Claim, last: bool, written: list[Ack], started_at: datetime
-    ) -> Ack | _Snoozed | _Abandoned | _Fenced | None:
+    ) -> Ack | _Snoozed | _Abandoned | _Fenced | _Cancelled | None:
         """Run one entry, started at ``started_at``; return its acknowledgement, handed to the
         writer, ``PUT_BACK`` if it snoozed, ``ABANDONED`` if it was given up past its timeout, or
         None if it failed (the outcome is written)."""
@@ -248,11 +282,17 @@ class Processor:
             watch = Watch(
                 entry, timeout, interrupt=not job.is_async, context=(claim, written, started_at)
             )
+        # The run's progress reports; the one still held is written once the run can no
+        # longer be timed out (each path below, after the watch is settled), before its
+        # outcome: none for a success (its entry goes with the acknowledgement), nor for a
+        # run given up or fenced (this thread may write nothing for it).
+        # Counted from the start: a run shorter than the interval writes no report at all.
+        held = HeldProgress(entry.pk, claim.lock_id, entry.job_name, written_at=started)
         try:
             try:
                 if watchdog is not None and watch is not None:
                     watchdog.arm(watch)
-                return_value = job.invoke(entry, self.worker_name, timeout)
+                return_value = job.invoke(entry, self.worker_name, timeout, claim.lock_id, held)
             finally:
                 # From here no JobTimeout is raised in this thread (see timeouts.py); the one
                 # already raised may still surface here, once, and is handled below.
@@ -263,6 +303,10 @@ class Processor:
                 return ABANDONED
             if watch is not None and watch.fenced:
                 return FENCED
+            end_run(held)
+            if watch is not None and watch.cancelled:
+                self._cancelled(entry, lock_id, written, started_at=started_at, exc=snooze)
+                return CANCELLED_RUN
             self._snoozed(entry, lock_id, written, job, snooze, started_at)
             return PUT_BACK
         except BaseException as exc:  # the processing boundary: every failure is recorded.
@@ -279,6 +323,10 @@ class Processor:
                     entry.job_name,
                 )
                 return FENCED
+            end_run(held)
+            if watch is not None and watch.cancelled:
+                self._cancelled(entry, lock_id, written, started_at=started_at, exc=exc)
+                return CANCELLED_RUN
             if isinstance(exc, JobTimeout) and watch is not None and not exc.args:
                 exc = JobTimeout(watch.message()).with_traceback(exc.__traceback__)
             self._failed(entry, lock_id, written, job, exc, started_at=started_at)
@@ -287,6 +335,11 @@ class Processor:
             return ABANDONED
         if watch is not None and watch.fenced:
             return FENCED
+        end_run(held, write=False)
+        if watch is not None and watch.cancelled:
+            # It returned, perhaps having seen cancel_requested(): cancelled all the same.
+            self._cancelled(entry, lock_id, written, started_at=started_at)
+            return CANCELLED_RUN
         ack = Ack(
             entry,
             lock_id,
@@ -316,6 +369,19 @@ class Processor:
         """
         entry = watch.entry
         claim, _, started_at = watch.context
+        if watch.cancelled:
+            # Cancelled, and still going on: it ends as cancelled, its lock kept until the
+            # process is gone.
+            stuck = JobCancelled(
+                f"The run was cancelled and had not returned {iq_settings.TIMEOUT_GRACE_SECONDS:g}"
+                " s after JobCancelled was raised in it (blocked outside Python code), so it was "
+                "given up and its worker process exited at once, to be replaced."
+            )
+            logger.error("cancelled run given up entry=%s job=%s", entry.pk, entry.job_name)
+            self._cancelled(
+                entry, claim.lock_id, [], started_at=started_at, exc=stuck, keep_lock=True
+            )
+            return
         exc = JobTimeout(
             f"{watch.message()} It had not returned {iq_settings.TIMEOUT_GRACE_SECONDS:g} s "
             "after JobTimeout was raised in it (blocked outside Python code), so it was given "
@@ -349,6 +415,65 @@ class Processor:
         status = FAILED if error.is_final else RETRYING
         self._ended(RunEnd(entry, attempt, status, exception=exc, error=error))
         return error
+
+    def _cancelled(
+        self,
+        entry: Entry,
+        lock_id: int | None,
+        written: list[Ack],
+        *,
+        started_at: datetime | None = None,
+        exc: BaseException | None = None,
+        keep_lock: bool = False,
+    ) -> None:
+        """End an entry whose cancel reached this worker: before it started (``started_at``
+        None) or once its run ended, however it ended (``exc``: what it raised)."""
+        if lock_id is not None and not keep_lock:
+            # The lock goes: the claim's successes it covers are written first.
+            self.acks.wait_for(written)
+        refresh_connections()
+        trace = ""
+        if exc is not None:
+            trace = "".join(traceback.format_exception(exc))
+        with_db_retry(
+            lambda: Entry.objects.cancel_run(
+                entry,
+                lock_id,
+                started_at=started_at,
+                worker_name=self.worker_name,
+                traceback=trace,
+                jobs=catalog,
+                keep_lock=keep_lock,
+            ),
+            "cancel_run",
+        )
+        logger.info(
+            "cancelled entry=%s job=%s queue=%s %s",
+            entry.pk,
+            entry.job_name,
+            entry.queue_id,
+            "before it started" if started_at is None else "while it ran",
+        )
+        self._ended(RunEnd(entry, entry.attempts + 1, CANCELLED, exception=exc))
+
+    def _expired(self, entry: Entry, lock_id: int | None, written: list[Ack]) -> None:
+        """End an entry whose expiry passed before it started, without running it."""
+        if lock_id is not None:
+            # The lock goes: the claim's successes it covers are written first.
+            self.acks.wait_for(written)
+        refresh_connections()
+        with_db_retry(
+            lambda: Entry.objects.expire(entry, lock_id, jobs=catalog),
+            "expire",
+        )
+        logger.info(
+            "expired before it started entry=%s job=%s queue=%s expires_at=%s",
+            entry.pk,
+            entry.job_name,
+            entry.queue_id,
+            entry.expires_at.isoformat() if entry.expires_at else "",
+        )
+        self._ended(RunEnd(entry, entry.attempts + 1, EXPIRED))
 
     def _snoozed(
         self,

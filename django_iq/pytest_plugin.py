@@ -1,8 +1,10 @@
-"""The ``iq_jobs`` pytest fixture, loaded by pytest through the ``pytest11`` entry point of the
+"""The ``iq_jobs`` pytest fixture (and the closing of ``wait()``'s listening connection after each
+test), loaded by pytest through the ``pytest11`` entry point of the
 django-iq distribution (with pytest-django providing the database)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -28,3 +30,14 @@ def iq_jobs(request: pytest.FixtureRequest) -> Iterator[EnqueuedJobs]:
     capture = EnqueuedJobs().start()
     yield capture
     capture.stop()
+
+
+@pytest.fixture(autouse=True)
+def _django_iq_wait_listener() -> Iterator[None]:
+    """After each test, close the connection a ``wait()`` opened to listen for ended entries
+    (PostgreSQL, outside a transaction), so that the test database can be dropped at the end of
+    the session; the next wait opens another."""
+    yield
+    waiting = sys.modules.get("django_iq.wait_listener")
+    if waiting is not None:
+        waiting.Hub.stop_for_process()

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
 from django_iq import oncommit, signals
+from django_iq.models import ApiToken
 
 logger = logging.getLogger(__name__)
 
@@ -53,3 +56,16 @@ def log_failed(sender: Any, entry: Any, error: Any, will_retry: bool, **kwargs: 
 
 # RUN_ON_COMMIT (off by default: the receiver returns at once).
 signals.entry_enqueued.connect(oncommit.entry_enqueued, dispatch_uid="django_iq.oncommit")
+
+
+def revoke_deleted_users_tokens(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """A deleted user's API tokens are revoked: they refer to the user by primary key, not by
+    a foreign key (the users may live in another database), so no cascade removes them."""
+    ApiToken.objects.revoke_for_user(instance.pk)
+
+
+post_delete.connect(
+    revoke_deleted_users_tokens,
+    sender=settings.AUTH_USER_MODEL,
+    dispatch_uid="django_iq.revoke_deleted_users_tokens",
+)

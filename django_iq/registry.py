@@ -7,23 +7,25 @@ import functools
 import importlib
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from asgiref.sync import async_to_sync
 from django.utils.module_loading import autodiscover_modules
 
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
-from django_iq.context import running
+from django_iq.context import HeldProgress, current, running
 from django_iq.exceptions import (
     InvalidJobArguments,
     InvalidJobOptions,
+    JobCancelled,
     JobNotRegistered,
     JobTimeout,
 )
-from django_iq.group_keys import check_grouping, group_key_of
+from django_iq.group_keys import check_grouping, check_key_source, group_key_of, key_of
 from django_iq.options import (
     JOB_OPTIONS,
     MAX_GROUP_KEY_LENGTH,
@@ -94,6 +96,22 @@ class Job(Generic[P, R]):
         except (TypeError, ValueError):
             return None
 
+    def limit_keys_of(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
+        """The call's concurrency key and rate limit key (``@job(concurrency_key=...,
+        rate_limit_key=...)``), "" for one the job does not have; raise
+        ``InvalidJobArguments`` if a key cannot be taken from the call."""
+        found = []
+        for option in ("concurrency_key", "rate_limit_key"):
+            source = getattr(self.options, option)
+            what = option.replace("_", " ")
+            hint = f"pass a value, the job's {option.removesuffix('_key')} is counted per key"
+            found.append(
+                ""
+                if source is None
+                else key_of(self.func, source, args, kwargs, what, option, hint)
+            )
+        return found[0], found[1]
+
     def check_call(self, args: Sequence[Any], kwargs: dict[str, Any], index: int = -1) -> None:
         """Raise ``InvalidJobArguments`` if the function cannot be called with ``args`` and
         ``kwargs`` (``index``: the call's place in an ``enqueue_many``): too many or too few
@@ -125,13 +143,18 @@ class Job(Generic[P, R]):
         entry: Entry,
         worker_name: str,
         timeout: float | None = None,
+        lock_id: int | None = None,
+        progress: HeldProgress | None = None,
     ) -> Any:
-        """Run the job for ``entry`` in a processing thread and return what it returned.
+        """Run the job for ``entry`` in a processing thread, under the group lock ``lock_id``,
+        and return what it returned.
 
         Coroutine functions run to completion in an event loop of their own, cancelled at
-        ``timeout`` seconds (``JobTimeout``); the worker's watchdog times out the others.
+        ``timeout`` seconds (``JobTimeout``); the worker's watchdog times out the others. The
+        run's progress reports are held in ``progress``: the worker writes the one still held
+        once the run can no longer be timed out (``progress_reports.end_run``).
         """
-        with running(entry, worker_name):
+        with running(entry, worker_name, lock_id, progress):
             if self.is_async:
                 return run_coroutine(self.func, entry.args, entry.kwargs, timeout)
             return self.func(*entry.args, **entry.kwargs)
@@ -176,9 +199,22 @@ def run_coroutine(
     timeout: float | None,
 ) -> Any:
     """Run the coroutine function to completion in an event loop of its own; at ``timeout``
-    seconds cancel it and raise ``JobTimeout``."""
+    seconds cancel it and raise ``JobTimeout``; when its run is cancelled (``django_iq.cancel``
+    reached the worker) cancel it and raise ``JobCancelled``."""
 
     async def bounded() -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        cancelled = threading.Event()
+
+        def cancel() -> None:
+            cancelled.set()
+            if task is not None:
+                loop.call_soon_threadsafe(task.cancel)
+
+        context = current()
+        if context is not None:
+            context.on_cancel(cancel)
         try:
             async with asyncio.timeout(timeout) as deadline:
                 return await func(*args, **kwargs)
@@ -186,9 +222,11 @@ def run_coroutine(
             if deadline.expired():
                 raise JobTimeout(f"The coroutine ran past its timeout of {timeout:g} s.") from None
             raise
+        except asyncio.CancelledError:
+            if cancelled.is_set():
+                raise JobCancelled("The run was cancelled.") from None
+            raise
 
-    if timeout is None:
-        return async_to_sync(cast(Any, func))(*args, **kwargs)
     return async_to_sync(bounded)()
 
 
@@ -217,15 +255,20 @@ class BoundJob:
     def _enqueue_checked(self, listed: list[tuple[Sequence[Any], dict[str, Any]]]) -> list[Entry]:
         options = self.options
         group_by = options.group_by
-        if group_by is None or options.group_key is not None:
-            return iq.Entry.objects.enqueue_many(self.job.name, listed, options, jobs=catalog)
-        # A group key per call, each found before anything is written.
-        keys = [
-            group_key_of(self.job.func, group_by, *call_pair(index, call))
-            for index, call in enumerate(listed)
-        ]
+        keys: list[str | None] = []
+        if group_by is not None and options.group_key is None:
+            # A group key per call, each found before anything is written.
+            keys = [
+                group_key_of(self.job.func, group_by, *call_pair(index, call))
+                for index, call in enumerate(listed)
+            ]
+        # The keys the job's limits count per value of (concurrency_key, rate_limit_key): taken
+        # only for a job that has them, not on every enqueue.
+        limit_keys: list[tuple[str, str]] = []
+        if options.concurrency_key is not None or options.rate_limit_key is not None:
+            limit_keys = [self.job.limit_keys_of(*call) for call in listed]
         return iq.Entry.objects.enqueue_many(
-            self.job.name, listed, options, jobs=catalog, group_keys=keys
+            self.job.name, listed, options, jobs=catalog, group_keys=keys, limit_keys=limit_keys
         )
 
 
@@ -243,6 +286,11 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None, **option
         if option not in JOB_OPTIONS:
             raise unknown_option(option, JOB_OPTIONS, "@job")
     job_options = JobOptions(**options)
+    if isinstance(job_options.expires, datetime):
+        raise InvalidJobOptions(
+            "@job(expires=...) takes seconds or a timedelta (counted from when each entry is "
+            "due); a datetime only with using(expires=...)."
+        )
 
     def register(inner: Callable[P, R]) -> Job[P, R]:
         job_name = name or f"{inner.__module__}.{inner.__qualname__}"
@@ -259,6 +307,8 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None, **option
         check_grouping(
             inner, job_name, job_options.group_by, job_options.merge, job_options.group_key
         )
+        for option in ("concurrency_key", "rate_limit_key"):
+            check_key_source(inner, job_name, option, getattr(job_options, option))
         new = Job(inner, job_name, job_options)
         # Re-registering a name (a module reloaded by the dev server) keeps the newest definition.
         _jobs[job_name] = new
@@ -361,6 +411,15 @@ class RegisteredJobs:
     def keeps_outcomes(self, job_name: str) -> bool:
         job = registered_jobs().get(job_name)
         return job is None or job.options.keep_outcomes
+
+    def limit_keys_of(
+        self, job_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[str, str]:
+        try:
+            job = get_job(job_name)  # the job modules discovered first, as a worker does
+        except JobNotRegistered:
+            return "", ""
+        return job.limit_keys_of(args, kwargs)
 
 
 catalog = RegisteredJobs()

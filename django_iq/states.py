@@ -75,6 +75,8 @@ class OutcomeStatus(models.TextChoices):
     FAILED = "failed", "failed"
     TIMED_OUT = "timed_out", "timed out"
     CANCELLED = "cancelled", "cancelled"
+    # Not started before its expiry (``expires``): ended without running.
+    EXPIRED = "expired", "expired"
     # The job raised Snooze: put back without counting an attempt.
     SNOOZED = "snoozed", "snoozed"
 

@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_iq.exceptions import JobTimeout, WorkerFenced
+from django_iq.context import context_of
+from django_iq.exceptions import JobCancelled, JobTimeout, WorkerFenced
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +46,23 @@ _set_async_exc.restype = ctypes.c_int
 _delivered: set[int] = set()
 # How long a thread settling a fired run waits for the exception to be delivered to it.
 DELIVERY_WAIT_SECONDS = 5.0
+# How soon a cancel looks again for a coroutine run's context that was not registered yet.
+CANCEL_RETRY_SECONDS = 0.01
 
 
 class RaisedTimeout(JobTimeout):
     """The ``JobTimeout`` the watchdog raises in a thread. CPython creates the exception object
     in the receiving thread, as the first handler (``except`` or ``finally``) takes it, so
     ``__init__`` says it was delivered there."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        _delivered.add(threading.get_ident())
+
+
+class RaisedCancel(JobCancelled):
+    """The ``JobCancelled`` the watchdog raises in a thread whose run was cancelled
+    (``django_iq.cancel``), delivered like ``RaisedTimeout``."""
 
     def __init__(self, *args: object) -> None:
         super().__init__(*args)
@@ -81,6 +93,7 @@ class Watch:
     interrupt: bool = True
     context: Any = None  # what the worker needs to give the entry up (its claim)
     thread_id: int = 0
+    started: float = 0.0  # monotonic, set by arm()
     deadline: float = 0.0
     key: int = 0
     # Set by the watchdog, read by the processing thread once it has popped the key.
@@ -93,6 +106,8 @@ class Watch:
     # was going on when the worker fenced itself, and nothing is written for it.
     raised: type[BaseException] = RaisedTimeout
     fenced: bool = False
+    # Its cancel reached the worker: the run ends as cancelled, however it ends.
+    cancelled: bool = False
 
     def message(self) -> str:
         return (
@@ -145,6 +160,7 @@ class Watchdog:
         """Start watching ``watch`` in the calling (processing) thread, from now. Raises
         ``WorkerFenced`` at once while the worker is fenced (the run must not start)."""
         watch.thread_id = threading.get_ident()
+        watch.started = time.monotonic()
         _delivered.discard(watch.thread_id)
         watch.key = next(self._keys)
         self._running[watch.key] = watch
@@ -162,6 +178,23 @@ class Watchdog:
         """Runs armed and not settled yet."""
         return len(self._running)
 
+    def running_entries(self) -> list[int]:
+        """The entry ids of the runs armed and not settled yet."""
+        return [watch.entry.pk for watch in list(self._running.values())]
+
+    def request_cancel(self, entry_id: int) -> bool:
+        """Cancel the run of ``entry_id`` if one is going on here (from any thread): the
+        watchdog thread raises ``JobCancelled`` in it (a coroutine job's task is cancelled),
+        and gives it up as stuck if it has not returned ``grace_seconds`` later. Return
+        whether such a run was found."""
+        for watch in list(self._running.values()):
+            if watch.entry.pk == entry_id:
+                with self._changed:
+                    heapq.heappush(self._due, (time.monotonic(), watch.key, "cancel", watch))
+                    self._changed.notify()
+                return True
+        return False
+
     def fence(self) -> int:
         """Raise ``WorkerFenced`` in every run going on (not in one whose ``JobTimeout`` is
         already raised: it is being stopped) and in every run armed from now; return how many
@@ -170,15 +203,19 @@ class Watchdog:
         watches = list(self._running.values())
         for watch in watches:
             watch.fenced = True
-            if watch.fired or watch.firing:
-                continue
-            watch.firing = True
-            if watch.key in self._running:
-                watch.raised = RaisedFence
-                _raise_in(watch.thread_id, RaisedFence)
-                watch.fired = True
-            watch.firing = False
+            if not (watch.fired or watch.firing):
+                self._raise_once(watch, RaisedFence)
         return len(watches)
+
+    def _raise_once(self, watch: Watch, raised: type[BaseException]) -> None:
+        """Raise ``raised`` in the watch's thread if its run is still going on; in the
+        watchdog thread, as the one step the processing thread's ``settle`` waits for."""
+        watch.firing = True
+        if watch.key in self._running:
+            watch.raised = raised
+            _raise_in(watch.thread_id, raised)
+            watch.fired = True
+        watch.firing = False
 
     def unfence(self) -> None:
         """Runs may start again (the worker reached the database again with nothing held)."""
@@ -228,6 +265,8 @@ class Watchdog:
             try:
                 if action == "fire":
                     self._fire(watch)
+                elif action == "cancel":
+                    self._cancel(watch)
                 elif self._abandon(watch):
                     self.on_stuck(watch)
             except Exception:  # the watchdog must outlive one run it could not handle
@@ -236,17 +275,38 @@ class Watchdog:
     def _fire(self, watch: Watch) -> None:
         watch.timed_out = True
         if watch.interrupt and not watch.fired:  # not if WorkerFenced is raised in it already
-            watch.firing = True
-            if watch.key in self._running:
-                _raise_in(watch.thread_id)
-                watch.fired = True
-            watch.firing = False
+            self._raise_once(watch, RaisedTimeout)
             logger.warning(
                 "job timed out entry=%s job=%s timeout=%ss: JobTimeout raised in its thread",
                 watch.entry.pk,
                 watch.entry.job_name,
                 watch.seconds,
             )
+        with self._changed:
+            due = time.monotonic() + self.grace_seconds
+            heapq.heappush(self._due, (due, watch.key, "stuck", watch))
+
+    def _cancel(self, watch: Watch) -> None:
+        if watch.cancelled:
+            return
+        context = context_of(watch.entry.pk)
+        if context is None and not watch.interrupt:
+            # Armed, but its coroutine has not entered its context yet: only through it can
+            # the task be cancelled. Again in a moment.
+            with self._changed:
+                again = time.monotonic() + CANCEL_RETRY_SECONDS
+                heapq.heappush(self._due, (again, watch.key, "cancel", watch))
+            return
+        watch.cancelled = True
+        if context is not None:
+            context.cancel()  # cancel_requested() is true; a coroutine's task is cancelled
+        if watch.interrupt and not (watch.fired or watch.firing):
+            self._raise_once(watch, RaisedCancel)
+        logger.info(
+            "run cancelled entry=%s job=%s: JobCancelled raised in it",
+            watch.entry.pk,
+            watch.entry.job_name,
+        )
         with self._changed:
             due = time.monotonic() + self.grace_seconds
             heapq.heappush(self._due, (due, watch.key, "stuck", watch))
@@ -269,6 +329,6 @@ def _take_pending(watch: Watch) -> None:
     try:
         while time.monotonic() < deadline:
             time.sleep(0)  # each call returns through the check that delivers it
-    except (RaisedTimeout, RaisedFence):
+    except (RaisedTimeout, RaisedFence, RaisedCancel):
         return
     logger.error("a raised %s was not delivered entry=%s", watch.raised.__name__, watch.entry.pk)

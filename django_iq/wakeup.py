@@ -32,7 +32,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from django_iq.conf import iq_settings
 from django_iq.models import Entry
-from django_iq.queries import NOTIFY_CHANNEL, notify_ready
+from django_iq.queries import CANCEL_PREFIX, NOTIFY_CHANNEL, notify
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,11 @@ def listening_alias() -> str:
 
 class Listener:
     """Call ``on_ready(queue)`` when a queue in ``queues`` (every queue when None) gets ready
-    work, and ``on_ready(None)`` after each connection (work may have come meanwhile)."""
+    work, and ``on_ready(None)`` after each connection (work may have come meanwhile).
+
+    A cancel's payload (``CANCEL_PREFIX`` and an entry id) is handed on whatever the queues.
+    On another ``channel`` the payloads are that channel's (``ENDED_CHANNEL``: entry ids), and
+    ``queues`` filters them alike."""
 
     def __init__(
         self,
@@ -88,8 +92,10 @@ class Listener:
         on_ready: Callable[[str | None], None],
         stopping: threading.Event,
         alias: str | None = None,
+        channel: str = NOTIFY_CHANNEL,
     ) -> None:
         self.queues = frozenset(queues) if queues else None
+        self.channel = channel
         self.on_ready = on_ready
         self.stopping = stopping
         self.alias = alias or listening_alias()
@@ -108,10 +114,10 @@ class Listener:
                 wrapper.ensure_connection()
                 raw = wrapper.connection
                 raw.autocommit = True
-                raw.cursor().execute(f"LISTEN {NOTIFY_CHANNEL}")
+                raw.cursor().execute(f"LISTEN {self.channel}")
                 self.connected.set()
                 backoff = 0.5
-                logger.debug("listening alias=%s channel=%s", self.alias, NOTIFY_CHANNEL)
+                logger.debug("listening alias=%s channel=%s", self.alias, self.channel)
                 self.on_ready(None)  # anything enqueued while nobody listened
                 if not self._listen(raw):
                     return
@@ -142,7 +148,7 @@ class Listener:
         heard = False
         write_alias = router.db_for_write(Entry) or DEFAULT_DB_ALIAS
         try:
-            notify_ready(write_alias, [PROBE_PAYLOAD])
+            notify(write_alias, self.channel, [PROBE_PAYLOAD])
         finally:
             connections[write_alias].close()  # this thread's only use of it
         for queue in self._notifications(raw):
@@ -160,14 +166,14 @@ class Listener:
                 )
                 # Through a pooler this most likely reaches the server connection that ran the
                 # LISTEN (the one last used); at worst that connection keeps listening.
-                raw.cursor().execute(f"UNLISTEN {NOTIFY_CHANNEL}")
+                raw.cursor().execute(f"UNLISTEN {self.channel}")
                 return False
             if not heard:
                 heard = self.delivers = True
             if queue == PROBE_PAYLOAD:
                 continue
             self.received += 1
-            if self.queues is None or queue in self.queues:
+            if self.queues is None or queue in self.queues or queue.startswith(CANCEL_PREFIX):
                 self.on_ready(queue)
         return True
 
@@ -177,8 +183,8 @@ class Listener:
         Works with psycopg 3 and psycopg2."""
         if callable(getattr(raw, "notifies", None)):  # psycopg 3
             while not self.stopping.is_set():
-                for notify in raw.notifies(timeout=LISTEN_TIMEOUT_SECONDS):
-                    yield notify.payload
+                for message in raw.notifies(timeout=LISTEN_TIMEOUT_SECONDS):
+                    yield message.payload
                 if raw.closed or raw.broken:
                     raise ConnectionError("the listening connection closed")
                 yield None

@@ -34,6 +34,19 @@ def duration(seconds: float | None, none: str = "-") -> str:
     return f"{whole // 86_400} d {whole % 86_400 // 3600} h"
 
 
+def byte_size(size: int | None, none: str = "-") -> str:
+    """A size on disk in decimal units (1 kB = 1,000 bytes), one decimal below 100: ``"512 B"``,
+    ``"8.2 kB"``, ``"12.3 MB"``, ``"106 MB"``, ``"1.5 GB"``; ``none`` for None."""
+    if size is None:
+        return none
+    value, unit = float(size), "B"
+    for larger in ("kB", "MB", "GB", "TB"):
+        if value < 999.5:
+            break
+        value, unit = value / 1000, larger
+    return f"{value:.0f} {unit}" if unit == "B" or value >= 99.95 else f"{value:.1f} {unit}"
+
+
 def used_of(used: int, cap: int | None) -> str:
     """``"2 / 3"``: what is used of a cap; ``"-"`` when there is no cap."""
     return "-" if cap is None else f"{used} / {cap}"

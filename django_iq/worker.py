@@ -13,6 +13,7 @@ from typing import Any
 from django.db import connections, router, transaction
 
 from django_iq.acks import AckWriter
+from django_iq.cancels import RunCancels, cancel_payload_id
 from django_iq.capacity import Capacity
 from django_iq.conf import iq_settings
 from django_iq.dbconn import (
@@ -38,6 +39,7 @@ from django_iq.process import (
     process_name,
 )
 from django_iq.processing import Processor
+from django_iq.progress_reports import flush_held
 from django_iq.recycling import RecyclingBudget
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.scheduling import ClaimGate, QueuePicker, Scheduler
@@ -147,6 +149,8 @@ class WorkerProcess(IQProcess):
             on_tick=self._check_fence,
             tick_seconds=min(0.25, iq_settings.HEARTBEAT_INTERVAL_SECONDS / 4),
         )
+        # The cancels requested for its claimed and running entries (django_iq.cancels).
+        self.cancels = RunCancels(self.watchdog.request_cancel)
         # Self-fencing (django_iq.fencing): when the last heartbeat that completed was sent
         # (monotonic), when the worker fenced itself (None: it is not fenced), and the claims
         # it stopped then, held for recovery to count their attempts, and those it did not
@@ -561,7 +565,11 @@ class WorkerProcess(IQProcess):
     def _work_arrived(self, queue: str | None) -> None:
         """The listener heard of ready work in ``queue`` (None: in any queue): wake the
         schedulers if a thread could take it, having them read the queues again if the queue
-        is new to them."""
+        is new to them. A cancel's notification goes to ``self.cancels`` instead."""
+        cancelled = cancel_payload_id(queue)
+        if cancelled is not None:
+            self.cancels.heard(cancelled)
+            return
         for scheduler in self._schedulers:
             scheduler.queue_heard_of(queue)
         if self.idle_threads() > 0:
@@ -578,7 +586,9 @@ class WorkerProcess(IQProcess):
             return not self._held
 
     def _processing_loop(self) -> None:
-        processor = Processor(self.name, self.acks, self.watchdog, self.disabled_jobs)
+        processor = Processor(
+            self.name, self.acks, self.watchdog, self.disabled_jobs, cancels=self.cancels.ids
+        )
         try:
             while True:
                 try:
@@ -660,7 +670,20 @@ class WorkerProcess(IQProcess):
         released here: its entry's and group's lock stays until its process is gone and its
         database sessions are over (``_exit_keeping_locks``). The other runs of the process are
         cut with it; their entries are retried as when a worker dies, each attempt counted.
+        A cancelled run that did not stop within the grace is given up the same way.
         """
+        if watch.cancelled:
+            logger.error(
+                "cancelled job still running entry=%s job=%s grace=%ss: giving it up; exiting "
+                "at once name=%s to be replaced (exit status %s)",
+                watch.entry.pk,
+                watch.entry.job_name,
+                iq_settings.TIMEOUT_GRACE_SECONDS,
+                self.name,
+                EXIT_STUCK,
+            )
+            self._exit_keeping_locks(EXIT_STUCK, "a cancelled job did not stop", watch)
+            return
         logger.error(
             "job stuck past its timeout entry=%s job=%s timeout=%ss grace=%ss: giving it up; "
             "exiting at once name=%s to be replaced (exit status %s)",
@@ -832,8 +855,7 @@ class WorkerProcess(IQProcess):
             if watch is not None:
                 claim = watch.context[0]
                 Processor(self.name, self.acks).give_up(watch)
-                started = watch.deadline - (watch.seconds or 0.0)
-                seconds = time.monotonic() - started
+                seconds = time.monotonic() - watch.started
                 self.tally.add(claim.queue, watch.entry.job_name, seconds, ok=False)
             self._release_unstarted()
             self.acks.close(timeout=STUCK_EXIT_SECONDS / 2)
@@ -883,4 +905,7 @@ class WorkerProcess(IQProcess):
         if alive:
             self._reported_sessions = sessions
             self._heal()
+            self.cancels.look(self.held_locks())
+            # The progress its runs held back, on this heartbeat's connection.
+            flush_held()
         self.tally.flush()

@@ -6,11 +6,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import pytest
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.dispatch import Signal
 from django.test import override_settings
 
@@ -68,6 +69,61 @@ def concurrently(
     assert not errors, errors[:3]
     assert len(results) == threads, "a thread did not finish within 60 s"
     return results
+
+
+def run_async(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run the coroutine function ``function`` to its end from a thread of its own (a test's
+    thread may already run an event loop the browser tests left), and close the connections
+    that thread opened. Its database work runs on that thread: use with committed data
+    (``django_db(transaction=True)``)."""
+    from asgiref.sync import async_to_sync
+
+    result: list[Any] = []
+    error: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            result.append(async_to_sync(function)(*args, **kwargs))
+        except BaseException as exc:  # handed to the caller's thread
+            error.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
+@contextmanager
+def held_in_another_session(hold: Callable[[], object]) -> Iterator[Callable[[], None]]:
+    """Run ``hold`` (a query taking locks) in a transaction of another session, a thread's own
+    connection, kept open until the block ends or the function it yields is called."""
+    holding, release = threading.Event(), threading.Event()
+
+    def keep() -> None:
+        try:
+            with transaction.atomic():
+                hold()
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=keep)
+    holder.start()
+
+    def end() -> None:
+        release.set()
+        holder.join(30)
+
+    try:
+        assert holding.wait(10), "the other session took its locks"
+        yield end
+    finally:
+        end()
 
 
 def iq_settings_with(**overrides: object) -> override_settings:

@@ -10,15 +10,16 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from django.db import connection
+from django.db import connections
 
 ROOT = Path(__file__).resolve().parent.parent
 _started: list[Command] = []
 
 
-def database_url(name: str | None = None) -> str:
-    """Return a DATABASE_URL naming the database the running test uses (the test database),
-    or the database ``name`` of the same server."""
+def database_url(name: str | None = None, alias: str = "default") -> str:
+    """Return a DATABASE_URL naming the database the running test uses (the test database) as
+    ``alias``, or the database ``name`` of the same server."""
+    connection = connections[alias]
     s = connection.settings_dict
     if connection.vendor == "sqlite":
         return f"sqlite:///{name or s['NAME']}"
@@ -156,3 +157,12 @@ def elect_one_of_two_leaders(env: dict[str, str] | None = None) -> tuple[Command
     active_name = lease_holder()
     active, standby = (first, second) if pid_of(active_name) == first.pid else (second, first)
     return active, standby, active_name
+
+
+def stop_cleanly(*commands: Command, timeout: float = 30.0) -> None:
+    """SIGTERM each command, then assert each exits 0 within ``timeout`` seconds."""
+    for command in commands:
+        command.send_signal(signal.SIGTERM)
+    for command in commands:
+        code, output = command.finish(timeout)
+        assert code == 0, output[-3000:]

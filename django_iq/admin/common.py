@@ -9,16 +9,19 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from django_iq import audit, operations
 from django_iq.audit import Actor
 from django_iq.bounds import text_problem
 from django_iq.models import OperatorAction
@@ -214,3 +217,51 @@ def report_outcome(
     something was skipped or not found."""
     level = messages.WARNING if outcome.skipped or outcome.not_found else messages.SUCCESS
     model_admin.message_user(request, outcome.message, level)
+
+
+def cancel_waiting(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    *,
+    action: str,
+    what: str,
+    targets: dict[str, dict[str, str]],
+) -> TemplateResponse | None:
+    """An admin action cancelling every waiting entry of each target (``{name: {"job": ...}}``
+    or ``{"queue": ...}``, as ``operations.cancel_matching`` takes): first a page with the count
+    of each (the dry run), then, once confirmed, the cancels, each reported and audited."""
+    actor = admin_actor(request)
+    if request.POST.get("confirm") != "yes":
+        counts = [
+            (
+                name,
+                operations.cancel_matching(
+                    actor, job=target.get("job"), queue=target.get("queue"), dry_run=True
+                ).done_count,
+            )
+            for name, target in targets.items()
+        ]
+        context = {
+            **model_admin.admin_site.each_context(request),
+            "title": "Cancel waiting entries",
+            "opts": model_admin.model._meta,
+            "what": what,
+            "counts": counts,
+            "total": sum(count for _, count in counts),
+            "queryset": queryset,
+            "action": action,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/django_iq/cancel_waiting.html", context)
+    for target in targets.values():
+        outcome = operations.cancel_matching(
+            actor, job=target.get("job"), queue=target.get("queue")
+        )
+        if outcome.done_count:
+            described = " ".join(f"{key}={value}" for key, value in target.items())
+            audit.admin_log_described(
+                actor, model_admin.model, f"waiting entries matching {described}", outcome.message
+            )
+        report_outcome(model_admin, request, outcome)
+    return None

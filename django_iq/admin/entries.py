@@ -10,7 +10,9 @@ from urllib.parse import urlencode
 from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -20,6 +22,7 @@ from django_iq.admin.common import (
     EstimatedCountPaginator,
     ReadOnlyAdmin,
     admin_actor,
+    cancel_waiting,
     cut,
     job_column,
     report_outcome,
@@ -28,6 +31,7 @@ from django_iq.admin.common import (
 from django_iq.managers import EntryQuerySet
 from django_iq.managers.entry_states import lock_held, lock_held_by_live_worker, lock_running_it
 from django_iq.models import DisabledJob, Entry, GroupLock
+from django_iq.progress_reports import Progress
 from django_iq.registry import autodiscover, registered_jobs
 from django_iq.states import (
     AWAITING_COMPUTE,
@@ -114,19 +118,20 @@ class EntryAdmin(ActionOnlyAdmin):
     show_full_result_count = False
     # Facet counts would count the whole table once per filter choice.
     show_facets = admin.ShowFacets.NEVER
-    actions = ("disable_jobs", "enable_jobs", "run_now", "cancel_entries")
+    actions = ("disable_jobs", "enable_jobs", "run_now", "cancel_entries", "cancel_jobs_waiting")
     fields = (
         ("queue", "job_name"),
         ("status", "lock"),
+        "progress",
         ("priority", "group_key", "lock_key"),
-        ("run_at", "enqueued_at"),
+        ("run_at", "enqueued_at", "expires_at"),
         ("attempts", "max_attempts"),
         "args",
         "kwargs",
         ("cron_job", "result_id"),
         "errors",
     )
-    readonly_fields = ("status", "lock", "errors")
+    readonly_fields = ("status", "lock", "progress", "errors")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Entry]:
         # Three EXISTS per listed row tell computing (and running) from awaiting compute and
@@ -194,6 +199,13 @@ class EntryAdmin(ActionOnlyAdmin):
         worker = held.worker.name if held.worker is not None else "no live worker (orphaned)"
         return f"held by {worker} since {held.locked_at:%Y-%m-%d %H:%M:%S %Z}"
 
+    @admin.display(description="progress")
+    def progress(self, entry: Entry) -> str:
+        report = Progress.of(entry)
+        if report is None:
+            return "none reported"
+        return report.shown(timezone.now())
+
     @admin.display(description="failed attempts")
     def errors(self, entry: Entry) -> SafeString:
         url = reverse("admin:django_iq_entryerror_changelist", current_app=self.admin_site.name)
@@ -239,14 +251,28 @@ class EntryAdmin(ActionOnlyAdmin):
         )
         report_outcome(self, request, outcome)
 
+    @admin.action(
+        description="Cancel every waiting entry of the selected entries' jobs",
+        permissions=["cancel"],
+    )
+    def cancel_jobs_waiting(
+        self, request: HttpRequest, queryset: QuerySet[Entry]
+    ) -> TemplateResponse | None:
+        """Counted first on a confirmation page; entries a worker holds are left alone."""
+        return cancel_waiting(
+            self,
+            request,
+            queryset,
+            action="cancel_jobs_waiting",
+            what="these jobs",
+            targets={name: {"job": name} for name in self._job_names(queryset)},
+        )
+
     @admin.action(description="Cancel selected entries", permissions=["cancel"])
     def cancel_entries(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
         selected = list(queryset.only("pk", "job_name", "state"))
         outcome = operations.cancel([entry.pk for entry in selected], admin_actor(request))
-        done = set(outcome.done)
-        audit.admin_log(
-            admin_actor(request), [e for e in selected if e.pk in done], "deletion", "Cancelled."
-        )
+        audit.log_cancels(admin_actor(request), selected, outcome, "in the admin")
         report_outcome(self, request, outcome)
 
 

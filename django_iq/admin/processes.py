@@ -15,9 +15,9 @@ from django.utils.safestring import SafeString
 
 from django_iq.admin.common import ReadOnlyAdmin, cut, cut_column, time_column
 from django_iq.conf import iq_settings
+from django_iq.dashboard.rows import LimitedJobRow, limited_job_row
 from django_iq.managers.job_limits import JobUsage
 from django_iq.models import GroupLock, JobLimit, LeaderLease, Worker
-from django_iq.options import JobLimits
 from django_iq.states import (
     WORKER_DEAD,
     WORKER_LIVE,
@@ -25,7 +25,6 @@ from django_iq.states import (
     WORKER_STOPPED,
     worker_state_label,
 )
-from django_iq.wording import rate_use, used_of
 
 
 class WorkerStatusFilter(admin.SimpleListFilter):
@@ -201,18 +200,20 @@ class JobLimitAdmin(ReadOnlyAdmin):
 
     def _usage_of(self, row: JobLimit) -> JobUsage:
         usage: JobUsage | None = getattr(self._page, "usage", {}).get(row.job_name)
-        return usage or JobUsage(row.job_name, JobLimits(), 0, 0, 0)
+        return usage or JobUsage(row.job_name, JobLimit.objects.limits_of(row), 0, 0, 0)
+
+    def _cells_of(self, row: JobLimit) -> LimitedJobRow:
+        """The job's cells as the dashboard shows them (a cap or rate limit per key says so)."""
+        return limited_job_row(self._usage_of(row))
 
     @admin.display(description="running / cap")
     def running(self, row: JobLimit) -> str:
-        return used_of(self._usage_of(row).running, row.max_concurrency)
+        return self._cells_of(row).running
 
     @admin.display(description="busiest node / cap per node")
     def busiest_node(self, row: JobLimit) -> str:
-        used = self._usage_of(row).running_on_busiest_node
-        return used_of(used, row.max_concurrency_per_node)
+        return self._cells_of(row).per_node
 
     @admin.display(description="starts / rate limit")
     def starts(self, row: JobLimit) -> str:
-        recent = self._usage_of(row).recent_starts
-        return rate_use(recent, row.rate_count, row.rate_period_seconds)
+        return self._cells_of(row).rate

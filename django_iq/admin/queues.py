@@ -12,6 +12,7 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Field, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -19,7 +20,13 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
 from django_iq import audit, operations, permissions
-from django_iq.admin.common import LIST_CSS, admin_actor, cut_column, report_outcome
+from django_iq.admin.common import (
+    LIST_CSS,
+    admin_actor,
+    cancel_waiting,
+    cut_column,
+    report_outcome,
+)
 from django_iq.dashboard.links import Links
 from django_iq.dashboard.views import job_stats_view
 from django_iq.managers import QueueStats
@@ -104,7 +111,7 @@ class QueueAdmin(admin.ModelAdmin):
         css = LIST_CSS
 
     search_fields = ("name",)
-    actions = ("pause_queues", "resume_queues", "compact_queues")
+    actions = ("pause_queues", "resume_queues", "compact_queues", "cancel_waiting_entries")
     fields = (
         "name",
         "weight",
@@ -214,6 +221,26 @@ class QueueAdmin(admin.ModelAdmin):
             f"{verb} the queue.",
         )
         report_outcome(self, request, outcome)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(permissions.CANCEL)
+
+    @admin.action(
+        description="Cancel every waiting entry of selected queues", permissions=["cancel"]
+    )
+    def cancel_waiting_entries(
+        self, request: HttpRequest, queryset: QuerySet[Queue]
+    ) -> TemplateResponse | None:
+        """Counted first on a confirmation page; entries a worker holds are left alone."""
+        names = sorted(queue.name for queue in queryset)
+        return cancel_waiting(
+            self,
+            request,
+            queryset,
+            action="cancel_waiting_entries",
+            what="these queues",
+            targets={name: {"queue": name} for name in names},
+        )
 
     @admin.action(description="Compact waiting entries", permissions=["pause"])
     def compact_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:

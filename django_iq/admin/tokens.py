@@ -11,9 +11,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.widgets import ForeignKeyRawIdWidget
 from django.contrib.auth import get_user_model
-from django.db.models import ForeignKey, QuerySet
+from django.db import router
+from django.db.models import CASCADE, ForeignKey, ForeignObjectRel, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -79,15 +81,27 @@ class StaffUserRawIdWidget(ForeignKeyRawIdWidget):
 
 
 class ApiTokenForm(forms.ModelForm):
+    """The token's name and expiry; ``user`` (a user's id, checked against active staff) is
+    added by ``ApiTokenAdmin.get_form``, for the request."""
+
     class Meta:
         model = ApiToken
-        fields = ("name", "user", "expires_at")
+        fields = ("name", "expires_at")
 
     def clean_expires_at(self) -> Any:
         expires_at = self.cleaned_data.get("expires_at")
         if expires_at is not None and expires_at <= timezone.now():
             raise forms.ValidationError("Give a time in the future, or leave empty.")
         return expires_at
+
+
+def user_relation() -> ForeignObjectRel:
+    """The relation the admin's raw-id widget looks users up through: a token refers to its
+    user by primary key only (the users may live in another database)."""
+    model = get_user_model()
+    relation = ForeignKey(model, on_delete=CASCADE).remote_field
+    relation.field_name = model._meta.pk.name
+    return relation
 
 
 @admin.register(ApiToken)
@@ -111,48 +125,63 @@ class ApiTokenAdmin(IQModelAdmin):
     last_used = time_column("last_used_at", "last used")
     expires = time_column("expires_at", "expires")
 
-    @admin.display(description="user", ordering="user")
+    @admin.display(description="user", ordering="user_pk")
     def user_name(self, row: ApiToken) -> SafeString | str:
-        return cut(row.user.get_username(), "narrow")
-
-    # A superuser picks the user by id (formfield_for_foreignkey); others only have themselves.
-    raw_id_fields = ("user",)
+        user = row.user
+        return cut(
+            user.get_username() if user is not None else f"(deleted {row.user_pk})", "narrow"
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
-        rows = super().get_queryset(request).select_related("user")
+        rows = super().get_queryset(request)
         # Only a superuser sees and revokes other users' tokens.
-        return rows if request.user.is_superuser else rows.filter(user_id=request.user.pk)
+        return rows if request.user.is_superuser else rows.filter(user_pk=str(request.user.pk))
 
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> Any:
         if obj is None:
             return ("name", "user", "expires_at")
         return ("name", "user", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at")
 
-    def formfield_for_foreignkey(
-        self, db_field: ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
-    ) -> forms.ModelChoiceField | None:
-        if db_field.name == "user":
-            # The API is for active staff only: a token of anyone else would be refused.
-            users = get_user_model()._default_manager.filter(is_active=True, is_staff=True)
-            if request.user.is_superuser:
-                # Any active staff user, picked by id with the admin's lookup (raw_id_fields),
-                # as a select of every staff user would be long.
-                kwargs["widget"] = StaffUserRawIdWidget(
-                    db_field.remote_field, self.admin_site, request
-                )
-            else:
-                # A token acts with its user's permissions: making one for someone else would
-                # lend their rights. Only a superuser, who holds them all, may.
-                users = users.filter(pk__in=[request.user.pk])
-                kwargs["initial"] = request.user.pk
-                kwargs["widget"] = forms.Select
-            kwargs["queryset"] = users
-            kwargs["help_text"] = "An active staff user: the API refuses everyone else."
-            kwargs["error_messages"] = {
+    def get_form(
+        self, request: HttpRequest, obj: ApiToken | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        # "user" is no field of the model (a token keeps its user's primary key): the page
+        # shows it read-only, or, on the add page, as the field made below.
+        shown = flatten_fieldsets(self.get_fieldsets(request, obj))
+        fields = [name for name in shown if name != "user"]
+        form = super().get_form(request, obj, change, **{**kwargs, "fields": fields})
+        if obj is not None:
+            return form
+        # The user field is made for this request: a superuser may pick any active staff user,
+        # anyone else only themselves.
+        return type(form.__name__, (form,), {"user": self._user_field(request)})
+
+    def _user_field(self, request: HttpRequest) -> forms.ModelChoiceField:
+        model = get_user_model()
+        # The API is for active staff only: a token of anyone else would be refused.
+        users = model._default_manager.db_manager(router.db_for_read(model)).filter(
+            is_active=True, is_staff=True
+        )
+        options: dict[str, Any] = {}
+        if request.user.is_superuser:
+            # Any active staff user, picked by id with the admin's lookup, as a select of every
+            # staff user would be long.
+            options["widget"] = StaffUserRawIdWidget(user_relation(), self.admin_site, request)
+        else:
+            # A token acts with its user's permissions: making one for someone else would lend
+            # their rights. Only a superuser, who holds them all, may.
+            users = users.filter(pk__in=[request.user.pk])
+            options["initial"] = request.user.pk
+            options["widget"] = forms.Select
+        return forms.ModelChoiceField(
+            queryset=users,
+            help_text="An active staff user: the API refuses everyone else.",
+            error_messages={
                 "invalid_choice": "Pick an active staff user: the django_iq API is for staff "
                 "users only, so a token of this user would be refused."
-            }
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+            },
+            **options,
+        )
 
     def has_change_permission(self, request: HttpRequest, obj: ApiToken | None = None) -> bool:
         # The list's change permission allows revoking; a token's page is read-only.
@@ -174,7 +203,7 @@ class ApiTokenAdmin(IQModelAdmin):
         # The form has refused what issue_token would (no name, a user who is not active staff,
         # a past expiry).
         row, token = operations.issue_token(
-            obj.user, obj.name, admin_actor(request), expires_at=obj.expires_at
+            form.cleaned_data["user"], obj.name, admin_actor(request), expires_at=obj.expires_at
         )
         obj.pk, obj.prefix, obj.token_hash, obj.created_at = (
             row.pk,

@@ -88,11 +88,15 @@ OPERATIONS: tuple[Operation, ...] = (
         "Cancel an entry",
         {
             200: ("Cancelled.", "CancelResult"),
+            202: (
+                "A worker holds it (running, or in its claim): the cancel is requested from "
+                "that worker, which stops it; its outcome record will say cancelled.",
+                "CancelResult",
+            ),
             404: NOT_FOUND_ENTRY,
-            409: ("Refused: a worker is computing it (its group lock is held).", "CancelRefused"),
         },
-        "Deletes the entry unless its group lock is held, and records who did it in Django's "
-        "admin log.",
+        "Deletes the entry if no worker holds it; otherwise requests the cancel from the "
+        "worker that does. Records who did it in Django's admin log.",
         path_parameters=ENTRY_ID,
         permissions=(permissions.CANCEL,),
     ),
@@ -101,11 +105,14 @@ OPERATIONS: tuple[Operation, ...] = (
         "post",
         "cancelEntries",
         "Cancel entries",
-        {200: ("What became of each id.", "CancelResult")},
-        "Deletes the entries named, except those a worker is computing (skipped), and records "
-        "who did it in Django's admin log, one log entry per entry.",
+        {200: ("What became of each id, or how many matched.", "CancelResult|CancelledMatching")},
+        "By ids: deletes the entries named that no worker holds, requests the cancel of those "
+        "a worker holds (running, or in its claim) from that worker, and records who did it in "
+        "Django's admin log, one log entry per entry. By job and/or queue: cancels every "
+        "waiting entry that matches (those a worker holds are left), or with dry_run only "
+        "counts them.",
         permissions=(permissions.CANCEL,),
-        request_body=ref("Ids"),
+        request_body={"oneOf": [ref("Ids"), ref("CancelMatching")]},
     ),
     Operation(
         "/errors/",

@@ -56,6 +56,10 @@ ENTRY = {
     "max_attempts": {"type": "integer", "minimum": 1},
     "run_at": DATE_TIME,
     "enqueued_at": DATE_TIME,
+    "expires_at": {
+        **NULLABLE_DATE_TIME,
+        "description": "Not started by then, the entry never runs (expires); null: no expiry.",
+    },
     "group_key": NULLABLE_STRING,
 }
 ERROR_RECORD = {
@@ -123,11 +127,32 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "lock": {"oneOf": [ref("Lock"), {"type": "null"}]},
             "cron_job_id": {"type": ["integer", "null"]},
             "result_id": {**NULLABLE_STRING, "description": "Its Django Tasks result id."},
+            "progress": {
+                "oneOf": [ref("Progress"), {"type": "null"}],
+                "description": "The last progress its job reported (set_progress); null before "
+                "the first report.",
+            },
             "errors": {
                 "type": "array",
                 "items": ref("ErrorRecordDetail"),
                 "description": "Its failed attempts, oldest first.",
             },
+        }
+    ),
+    "Progress": closed_object(
+        {
+            "done": {"type": "number", "minimum": 0},
+            "total": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "description": "Null when the job did not say.",
+            },
+            "percent": {
+                "type": ["number", "null"],
+                "description": "done as a percentage of total; null without a total or with 0.",
+            },
+            "note": {"type": "string", "maxLength": 200},
+            "reported_at": {**DATE_TIME, "description": "When the job reported it."},
         }
     ),
     "Lock": closed_object(
@@ -157,18 +182,37 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Ids": closed_object({"ids": {**IDS, "minItems": 1, "maxItems": MAX_IDS}}),
     "CancelResult": closed_object(
         {
-            "cancelled": {**IDS, "description": "Entries deleted."},
-            "skipped": {**IDS, "description": "Entries refused: a worker is computing them."},
+            "cancelled": {**IDS, "description": "Entries deleted: no worker held them."},
+            "requested": {
+                **IDS,
+                "description": "Entries a worker holds (running, or in its claim): the cancel "
+                "is requested from it, and it stops them.",
+            },
             "not_found": {**IDS, "description": "Ids that matched no entry."},
             "message": MESSAGE,
         }
     ),
-    "CancelRefused": closed_object(
+    "CancelMatching": {
+        **closed_object(
+            {
+                "job": {"type": "string", "minLength": 1},
+                "queue": {"type": "string", "minLength": 1},
+                "dry_run": {"type": "boolean", "description": "Only count; change nothing."},
+            },
+            optional=("job", "queue", "dry_run"),
+        ),
+        "minProperties": 1,
+    },
+    "CancelledMatching": closed_object(
         {
-            "error": {"type": "string"},
-            "cancelled": IDS,
-            "skipped": IDS,
-            "not_found": IDS,
+            "count": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Waiting entries cancelled (with dry_run: that would be).",
+            },
+            "dry_run": {"type": "boolean"},
+            "matching": {"type": "object", "additionalProperties": {"type": "string"}},
+            "message": MESSAGE,
         }
     ),
     "OutcomeRecord": closed_object(OUTCOME_RECORD),

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django_iq.models import Entry, EntryError, GroupLock, Queue, RunOutcome
+from django_iq.progress_reports import Progress
 from django_iq.snapshot import QueueView
 from django_iq.states import entry_state
 
@@ -29,6 +30,7 @@ def entry_summary(entry: Entry) -> dict[str, Any]:
         "max_attempts": entry.max_attempts,
         "run_at": entry.run_at,
         "enqueued_at": entry.enqueued_at,
+        "expires_at": entry.expires_at,
         "group_key": entry.group_key,
     }
 
@@ -54,8 +56,14 @@ def entry_detail(
         "lock": lock_dict(lock) if lock is not None else None,
         "cron_job_id": entry.cron_job_id,
         "result_id": entry.result_id,
+        "progress": progress_dict(Progress.of(entry)),
         "errors": [error_dict(error, with_traceback=True) for error in errors],
     }
+
+
+def progress_dict(report: Progress | None) -> dict[str, Any] | None:
+    """The last progress its job reported; None before the first."""
+    return None if report is None else report.as_dict()
 
 
 def error_dict(error: EntryError, *, with_traceback: bool = False) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
@@ -65,6 +65,7 @@ from django_iq.models import (
 from django_iq.snapshot import read_snapshot
 
 REQUEUE_FILTER_KEYS = ("job", "exception_class", "queue")
+CANCEL_FILTER_KEYS = ("job", "queue")
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -147,39 +148,66 @@ def _entry_not_found(request: HttpRequest, entry_id: int) -> ApiError:
 
 @endpoint(POST=(permissions.CANCEL,))
 def entry_cancel(request: HttpRequest) -> HttpResponseBase:
-    """Cancel the entries of ``{"ids": [...]}``, except those a worker is computing."""
+    """Cancel the entries of ``{"ids": [...]}`` (a worker stops those it holds), or every
+    waiting entry matching ``{"job": ..., "queue": ...}`` (one at least; ``"dry_run": true``
+    counts them)."""
     parse_query(request.GET, ())
-    body = read_json_object(request, '{"ids": [1, 2, 3]}')
-    refuse_unknown_keys(body, ("ids",))
-    return _cancel(request, read_ids(body.get("ids")), single=False)
+    example = '{"ids": [1, 2, 3]} or {"queue": "emails", "dry_run": true}'
+    body = read_json_object(request, example)
+    refuse_unknown_keys(body, ("ids", *CANCEL_FILTER_KEYS, "dry_run"))
+    if "ids" in body:
+        if any(key in body for key in (*CANCEL_FILTER_KEYS, "dry_run")):
+            raise ApiError(400, f"Give either ids or filters, not both: {example}.")
+        return _cancel(request, read_ids(body.get("ids")), single=False)
+    matching = {key: body.get(key) for key in CANCEL_FILTER_KEYS if body.get(key) is not None}
+    if not matching:
+        raise ApiError(
+            400, f"Say which entries to cancel: ids, or at least one of job, queue: {example}."
+        )
+    for key, value in matching.items():
+        if not isinstance(value, str) or not value:
+            raise InvalidParameter(key, value, "a non-empty string")
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise InvalidParameter("dry_run", dry_run, "true or false")
+    actor = _actor(request)
+    # Batch by batch (see operations.cancel_matching), then the admin log.
+    outcome = operations.cancel_matching(
+        actor, job=matching.get("job"), queue=matching.get("queue"), dry_run=dry_run
+    )
+    if outcome.done_count and not dry_run:
+        described = " ".join(f"{key}={value}" for key, value in matching.items())
+        audit.admin_log_described(
+            actor,
+            Entry,
+            f"waiting entries matching {described}",
+            f"Cancelled {outcome.done_count} waiting entries through the django_iq API.",
+        )
+    return JsonResponse(
+        {
+            "count": outcome.done_count,
+            "dry_run": dry_run,
+            "matching": matching,
+            "message": outcome.message,
+        }
+    )
 
 
 def _cancel(request: HttpRequest, ids: list[int], *, single: bool) -> HttpResponseBase:
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(Entry)):
         wanted = list(Entry.objects.filter(pk__in=ids).only("pk", "job_name", "state"))
         actor = _actor(request)
         outcome = operations.cancel(ids, actor)
-        done = set(outcome.done)
-        audit.admin_log(
-            actor,
-            [entry for entry in wanted if entry.pk in done],
-            "deletion",
-            "Cancelled through the django_iq API.",
-        )
-    skipped = sorted(outcome.skipped)
+        audit.log_cancels(actor, wanted, outcome, "through the django_iq API")
     result = {
         "cancelled": outcome.done,
-        "skipped": skipped,
+        "requested": outcome.requested,
         "not_found": outcome.not_found,
         "message": outcome.message,
     }
-    if single and skipped:
-        raise ApiError(
-            409,
-            f"Entry {ids[0]} was not cancelled: its group lock is held, so a worker is "
-            "computing it. Try again once it is done.",
-            **{key: value for key, value in result.items() if key != "message"},
-        )
+    if single and outcome.requested:
+        # Accepted: the worker running it stops it (wait() on it, or read its outcome).
+        return JsonResponse(result, status=202)
     if single and not outcome.done:
         raise _entry_not_found(request, ids[0])
     return JsonResponse(result)
@@ -219,7 +247,7 @@ def error_requeue(request: HttpRequest) -> HttpResponseBase:
         if any(key in body for key in REQUEUE_FILTER_KEYS):
             raise ApiError(400, f"Give either ids or filters, not both: {example}.")
         ids = read_ids(body["ids"])
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(Entry)):
             actor = _actor(request)
             outcome = operations.requeue(ids, actor)
             created = list(Entry.objects.filter(pk__in=outcome.created))
@@ -244,7 +272,7 @@ def error_requeue(request: HttpRequest) -> HttpResponseBase:
     for key, value in matching.items():
         if not isinstance(value, str) or not value:
             raise InvalidParameter(key, value, "a non-empty string")
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(Entry)):
         actor = _actor(request)
         outcome = operations.requeue_matching(
             actor,
@@ -336,7 +364,7 @@ def queue_resume(request: HttpRequest, name: str) -> HttpResponseBase:
 def _set_paused(request: HttpRequest, name: str, *, paused: bool) -> HttpResponseBase:
     parse_query(request.GET, ())
     act = operations.pause if paused else operations.resume
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(Entry)):
         actor = _actor(request)
         outcome = act([name], actor)
         if outcome.not_found:
@@ -377,7 +405,7 @@ def _set_disabled(request: HttpRequest, name: str, *, disabled: bool) -> HttpRes
     if problem is not None:
         raise ApiError(404, problem)
     act = operations.disable if disabled else operations.enable
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(Entry)):
         before = list(DisabledJob.objects.filter(job_name=name))
         actor = _actor(request)
         outcome = act([name], actor)

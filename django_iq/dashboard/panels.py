@@ -1,6 +1,6 @@
 """The dashboard's panels beyond the operator snapshot: who leads, which entries run where and
-since when, and the last hour's queue depth and enqueue-to-start latency. Each is read in a
-fixed number of queries."""
+since when, the last hour's queue depth and enqueue-to-start latency, and django_iq's tables.
+Each is read in a fixed number of queries."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from datetime import datetime
 
 from django_iq.managers.series import DepthPoint, LatencyPoint
 from django_iq.models import Entry, GroupLock, QueueDepthMinute, QueueLatencyMinute, Worker
+from django_iq.progress_reports import Progress
 from django_iq.snapshot import LeaderView, age_seconds
+from django_iq.table_status import TableStatus, read_table_status
 from django_iq.wording import duration
 
 # Running entries listed, longest running first; the rest are a link away.
@@ -74,6 +76,8 @@ class RunningEntry:
     worker: str
     host: str
     pid: int
+    # Its last progress report, as people read it ("" before the first).
+    progress: str = ""
 
 
 def running_entries(now: datetime, limit: int = RUNNING_LIMIT) -> list[RunningEntry]:
@@ -88,25 +92,36 @@ def running_entries(now: datetime, limit: int = RUNNING_LIMIT) -> list[RunningEn
         ]
     )
     # A lock's tracked entry is pending while it runs (Entry.objects.running()).
-    jobs = dict(
+    rows = (
         Entry.objects.running()
         .filter(pk__in=[lock["entry_id"] for lock in locks])
-        .values_list("pk", "job_name")
+        .values_list(
+            "pk", "job_name", "progress_done", "progress_total", "progress_note", "progress_at"
+        )
     )
+    jobs = {
+        pk: (job_name, Progress.stored(done, total, note, reported_at))
+        for pk, job_name, done, total, note, reported_at in rows
+    }
     return [
         RunningEntry(
             entry_id=lock["entry_id"],
-            job_name=jobs[lock["entry_id"]],
+            job_name=jobs[lock["entry_id"]][0],
             queue=str(lock["queue"]),
             since=lock["locked_at"],
             running_seconds=age_seconds(now, lock["locked_at"]),
             worker=lock["worker__name"],
             host=lock["worker__host"],
             pid=lock["worker__pid"],
+            progress=_shown(jobs[lock["entry_id"]][1], now),
         )
         for lock in locks
         if lock["entry_id"] in jobs
     ][:limit]
+
+
+def _shown(report: Progress | None, now: datetime) -> str:
+    return "" if report is None else report.shown(now)
 
 
 def latency_series(start: datetime, now: datetime) -> list[LatencyPoint]:
@@ -117,3 +132,24 @@ def latency_series(start: datetime, now: datetime) -> list[LatencyPoint]:
 def depth_series(start: datetime, now: datetime) -> list[DepthPoint]:
     """The leader's depth samples per minute from ``start`` to ``now``. One query."""
     return QueueDepthMinute.objects.per_minute(start, now)
+
+
+@dataclass(frozen=True)
+class TablesPanel:
+    """django_iq's tables with their sizes, oldest records and pruning, and those to warn of."""
+
+    tables: list[TableStatus]
+
+    @property
+    def behind(self) -> list[TableStatus]:
+        """Tables whose oldest record is older than their retention allows."""
+        return [table for table in self.tables if table.is_behind]
+
+    @property
+    def unreadable(self) -> list[TableStatus]:
+        return [table for table in self.tables if table.error is not None]
+
+
+def tables_panel(now: datetime) -> TablesPanel:
+    """The tables panel at ``now``: one or two queries per table (``read_table_status``)."""
+    return TablesPanel(read_table_status(now))

@@ -12,12 +12,56 @@ from django.utils.safestring import SafeString
 from django_iq.dashboard import charts
 from django_iq.dashboard.links import Links
 from django_iq.dashboard.panels import format_age
+from django_iq.managers.job_limits import JobUsage
 from django_iq.managers.jobstats import JobStats
 from django_iq.snapshot import QueueView, WorkerView
 from django_iq.states import COUNTED_STATES
+from django_iq.wording import rate_use, used_of
 
 if TYPE_CHECKING:
     from django_iq.managers import QueueStats
+
+
+@dataclass(frozen=True)
+class LimitedJobRow:
+    """A limited job on the dashboard: running / cap, busiest node / per-node cap and starts /
+    rate limit ("-" where it has none); for a job limited per key, the cap and the rate limit
+    are per key, ``keys`` are its busiest keys as ``(key, running / cap, starts / rate
+    limit)``, and ``more_keys`` the keys in use not listed."""
+
+    job_name: str
+    running: str
+    per_node: str
+    rate: str
+    keys: list[tuple[str, str, str]]
+    more_keys: int
+
+
+def limited_job_row(usage: JobUsage) -> LimitedJobRow:
+    limits = usage.limits
+    cap, count, period = limits.max_concurrency, limits.rate_count, limits.rate_period_seconds
+    running = used_of(usage.running, cap)
+    if limits.concurrency_keyed:
+        running = f"{usage.running} ({cap} per key)"
+    rate = rate_use(usage.recent_starts, count, period)
+    if limits.rate_keyed:
+        rate = f"{count} per {period:g} s per key"
+    keys = [
+        (
+            key.key,
+            used_of(key.running, cap) if limits.concurrency_keyed else "-",
+            rate_use(key.recent_starts, count, period) if limits.rate_keyed else "-",
+        )
+        for key in usage.keys
+    ]
+    return LimitedJobRow(
+        usage.job_name,
+        running,
+        used_of(usage.running_on_busiest_node, limits.max_concurrency_per_node),
+        rate,
+        keys,
+        usage.keys_in_use - len(keys),
+    )
 
 
 def job_rows(job_stats: list[JobStats]) -> list[tuple[JobStats, str, str]]:

@@ -27,14 +27,17 @@ from django_iq.dashboard.panels import (
     latency_series,
     leader_panel,
     running_entries,
+    tables_panel,
 )
 from django_iq.dashboard.rows import (
     Cell,
+    LimitedJobRow,
     QueueRow,
     WorkerRow,
     display_counts,
     job_links,
     job_rows,
+    limited_job_row,
 )
 from django_iq.managers.job_limits import JobUsage
 from django_iq.managers.jobstats import JobStats, window_start
@@ -43,7 +46,6 @@ from django_iq.managers.series import DepthPoint, LatencyPoint
 from django_iq.models import JobLimit, JobMinute, QueueMinute
 from django_iq.snapshot import Snapshot, read_snapshot
 from django_iq.states import COUNTED_STATES, RUNNING, STATE_LABELS, WORKER_STOPPED
-from django_iq.wording import rate_use, used_of
 
 if TYPE_CHECKING:
     from django.contrib.admin import AdminSite
@@ -181,22 +183,11 @@ class DashboardData:
         return job_links(self.links, self.since, self.job_stats)
 
     @property
-    def limited_jobs(self) -> list[tuple[str, str, str, str]]:
-        """``(job, running / cap, busiest node / per-node cap, starts / rate limit)`` of each
-        job with a cap or a rate limit ("-" where it has none)."""
-        return [
-            (
-                usage.job_name,
-                used_of(usage.running, usage.limits.max_concurrency),
-                used_of(usage.running_on_busiest_node, usage.limits.max_concurrency_per_node),
-                rate_use(
-                    usage.recent_starts,
-                    usage.limits.rate_count,
-                    usage.limits.rate_period_seconds,
-                ),
-            )
-            for usage in self.job_limits
-        ]
+    def limited_jobs(self) -> list[LimitedJobRow]:
+        """Each job with a cap or a rate limit: running / cap, busiest node / per-node cap,
+        starts / rate limit ("-" where it has none); a job limited per key also lists its
+        busiest keys, each against the limits per key."""
+        return [limited_job_row(usage) for usage in self.job_limits]
 
     @property
     def throttled_workers(self) -> int:
@@ -296,7 +287,9 @@ def job_stats_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
 @require_safe
 def dashboard_view(request: HttpRequest, admin_site: AdminSite | None = None) -> HttpResponse:
     """Render the dashboard, or with ``?partial=1`` only its content (the page re-fetches it
-    every REFRESH_SECONDS seconds).
+    every REFRESH_SECONDS seconds). The tables panel (sizes, oldest records, pruning) is read
+    with the page only, never with the refreshes: its figures change slowly, and on SQLite a
+    size is read page by page.
 
     Needs an active staff user with ``permissions.DASHBOARD`` (``view_queue`` and
     ``view_worker``: it lists the worker processes); raises
@@ -343,7 +336,11 @@ def dashboard_view(request: HttpRequest, admin_site: AdminSite | None = None) ->
         template = "django_iq/dashboard/content.html"
     else:
         template = "django_iq/dashboard.html"
-        context = _admin_context(request, admin_site) | {"title": "Queue dashboard"} | context
+        context = (
+            _admin_context(request, admin_site)
+            | {"title": "Queue dashboard", "tables_panel": tables_panel(data.now)}
+            | context
+        )
     response = render(request, template, context)
     add_never_cache_headers(response)
     return response

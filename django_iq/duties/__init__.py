@@ -3,8 +3,10 @@
 ``default_duties()``."""
 
 from django_iq.duties.base import Duty, Fence
+from django_iq.duties.cancels import CancelDuty
 from django_iq.duties.compaction import CompactionDuty
 from django_iq.duties.cron import CronDuty, CronPass
+from django_iq.duties.expiry import ExpiryDuty
 from django_iq.duties.promotion import PromotionDuty
 from django_iq.duties.pruning import PruningDuty
 from django_iq.duties.recovery import RecoveryDuty, RecoveryPass, diagnose
@@ -16,6 +18,8 @@ def default_duties() -> list[Duty]:
     """The duties of ``runleader``, in the order each pass runs them."""
     return [
         PromotionDuty(),
+        ExpiryDuty(),
+        CancelDuty(),
         CronDuty(),
         RecoveryDuty(),
         CompactionDuty(),
@@ -26,10 +30,12 @@ def default_duties() -> list[Duty]:
 
 
 __all__ = [
+    "CancelDuty",
     "CompactionDuty",
     "CronDuty",
     "CronPass",
     "Duty",
+    "ExpiryDuty",
     "Fence",
     "PromotionDuty",
     "PruningDuty",

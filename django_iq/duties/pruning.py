@@ -26,6 +26,7 @@ from django_iq.models import (
     Worker,
 )
 from django_iq.options import MAX_RATE_PERIOD_SECONDS
+from django_iq.partitions import PartitionPass, is_partitioned, maintain
 
 # Logged under the name operators configure: django_iq.pruning.
 logger = logging.getLogger("django_iq.pruning")
@@ -52,6 +53,8 @@ class PrunePass:
     batches: int = 0
     token_seals: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
+    # PostgreSQL: what the pass did to the outcome table's partitions (None elsewhere).
+    outcome_partitions: PartitionPass | None = None
 
 
 class PruningDuty:
@@ -63,7 +66,10 @@ class PruningDuty:
     the longest rate limit period (a day), the rows of unique keys whose window
     (``unique_for``) has passed (an expired row holds nothing), batches whose callback
     ended longer than ``OUTCOME_RETENTION_SECONDS`` ago, and the halves of new API tokens not
-    shown within ten minutes."""
+    shown within ten minutes.
+
+    On PostgreSQL, outcome records are partitioned by time: whole partitions past the retention
+    are dropped and new ones created ahead instead (``django_iq.partitions.maintain``)."""
 
     name = "pruning"
 
@@ -95,6 +101,9 @@ class PruningDuty:
             "token_seals": lambda: ApiToken.objects.drop_seals(now, batch),
         }
         result = PrunePass()
+        partitioned = is_partitioned()
+        if partitioned:
+            del tables["outcomes"]
         for table, prune in tables.items():
             try:
                 deleted = _in_batches(prune, batch, fence)
@@ -105,6 +114,16 @@ class PruningDuty:
                 result.skipped[table] = f"{type(exc).__name__}: {exc}"[:500]
                 continue
             setattr(result, table, deleted)
+        if partitioned:
+            try:
+                result.outcome_partitions = maintain(now, fence, batch, MAX_BATCHES_PER_PASS)
+            except LeadershipLost:
+                raise
+            except Exception as exc:  # as for a table above: reported, the rest went on
+                logger.exception("pruning skipped table=outcomes (partitions)")
+                result.skipped["outcomes"] = f"{type(exc).__name__}: {exc}"[:500]
+            else:
+                result.outcomes = result.outcome_partitions.deleted
         if result.errors or result.workers or result.outcomes:
             logger.info(
                 "pruned errors=%s workers=%s outcomes=%s",

@@ -64,15 +64,17 @@ def non_empty(value: str) -> str:
     return value.strip()
 
 
-def add_ids_option(parser: argparse.ArgumentParser, help_text: str) -> None:
-    """The repeatable, required ``--id N...`` option, into ``options["ids"]``."""
+def add_ids_option(
+    parser: argparse.ArgumentParser, help_text: str, *, required: bool = True
+) -> None:
+    """The repeatable ``--id N...`` option, into ``options["ids"]`` (None when not given)."""
     parser.add_argument(
         "--id",
         dest="ids",
         type=positive_int,
         action="extend",
         nargs="+",
-        required=True,
+        required=required,
         metavar="N",
         help=help_text,
     )

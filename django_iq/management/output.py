@@ -1,5 +1,6 @@
-"""What the ``iq_*`` commands share: the text rendering of the operator snapshot (``iq_status``),
-tables, durations and times, plurals, and the checks of queue names an operator typed."""
+"""What the ``iq_*`` commands share: the text rendering of the operator snapshot and of
+django_iq's tables with their sizes and pruning (``iq_status``), aligned columns, durations and
+times, plurals, and the checks of queue names an operator typed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from django_iq.models import Queue
 from django_iq.registry import declared_queues
 from django_iq.snapshot import ServerSessions, Snapshot
 from django_iq.states import COUNTED_STATES, WORKER_DEAD, WORKER_LIVE
+from django_iq.table_status import TableStatus
 from django_iq.wording import close_names, duration
 
 
@@ -170,6 +172,32 @@ def _leader_line(status: Snapshot) -> str:
         f"{duration(-left)} ago ({format_time(leader.expires_at)}); "
         "is manage.py runleader running?"
     )
+
+
+def render_tables(tables: Sequence[TableStatus]) -> str:
+    """The ``Tables`` section of ``iq_status``: each table's estimated rows, size, oldest
+    record kept and retention, whether pruning keeps up (``ok``, ``BEHIND``, ``UNREADABLE``;
+    ``-`` for a table not pruned by age), then a line per table behind or unreadable."""
+    databases = sorted({table.database for table in tables})
+    lines = [f"Tables (database {', '.join(databases)})"]
+    rows = [
+        [
+            table.table,
+            table.rows,
+            table.size,
+            table.oldest,
+            table.retention,
+            {"ok": "ok", "": "-"}.get(table.pruning, table.pruning.upper()),
+        ]
+        for table in tables
+    ]
+    columns = ["TABLE", ">EST. ROWS", ">SIZE", ">OLDEST KEPT", ">RETENTION", "PRUNING"]
+    lines.append(render_table(columns, rows))
+    lines.extend(f"  {table.describe_behind()}" for table in tables if table.is_behind)
+    lines.extend(
+        f"  unreadable: {table.table}: {table.error}" for table in tables if table.error is not None
+    )
+    return "\n".join(lines)
 
 
 # -- names and counts ------------------------------------------------------------------------

@@ -14,8 +14,14 @@ from django.utils import timezone
 
 from django_iq.appmodels import iq
 from django_iq.bounds import cut_message, cut_traceback
-from django_iq.exceptions import SnoozeLimitReached
-from django_iq.managers.common import atomic_retrying, lock_in_order, storable_text
+from django_iq.exceptions import JobCancelled, SnoozeLimitReached
+from django_iq.managers.common import (
+    atomic_retrying,
+    lock_awaited_in_order,
+    lock_in_order,
+    storable_text,
+)
+from django_iq.managers.entry_actions import end_unstarted_rows
 from django_iq.managers.outcome_records import (
     failure_status,
     keeps_outcomes,
@@ -26,6 +32,7 @@ from django_iq.options import JobCatalog
 from django_iq.queries import (
     OutcomeDone,
     complete_in_one_statement,
+    notify_ended,
     supports_single_statement_complete,
 )
 from django_iq.states import MIN_PRIORITY, EntryState, OutcomeStatus
@@ -123,7 +130,9 @@ def complete_many(
 
     def write() -> set[int]:
         now = timezone.now()
-        found_entries = lock_in_order(manager.on(db), entry_ids)
+        locked = lock_awaited_in_order(manager.on(db), entry_ids)
+        found_entries = list(locked)
+        notify_ended(db, [pk for pk, awaited in locked.items() if awaited])
         if found_entries:
             manager.on(db).filter(pk__in=found_entries).delete()
             deleted = set(found_entries)
@@ -184,7 +193,9 @@ def _after_cron_run(entry: Entry, now: datetime, jobs: JobCatalog | None, status
     max_attempts = jobs.max_attempts_of(entry.job_name) if jobs is not None else entry.max_attempts
     # After the fire time this entry ran for, even if this host's clock is a little behind.
     after = max(now, entry.run_at)
-    iq.CronJob.objects.schedule_next(entry.cron_job_id, after, max_attempts)
+    # A cron job's arguments never change: neither do the keys its limits count per value of.
+    keys = (entry.concurrency_key, entry.rate_limit_key)
+    iq.CronJob.objects.schedule_next(entry.cron_job_id, after, max_attempts, limit_keys=keys)
 
 
 def fail(
@@ -232,6 +243,80 @@ def fail(
         return error
 
     return atomic_retrying(db, write, "fail")
+
+
+def expire(
+    manager: EntryManager,
+    entry: Entry,
+    lock_id: int | None,
+    *,
+    now: datetime | None = None,
+    jobs: JobCatalog | None = None,
+) -> bool:
+    """End a claimed ``entry`` that a worker found past its expiry before starting it,
+    without running it (see ``entry_actions.end_unstarted_rows``), and give its group lock up
+    (or, mid-claim, move the lock on). One transaction. Return False if the entry was gone
+    already."""
+    now = now or timezone.now()
+    db = router.db_for_write(manager.model)
+
+    def write() -> bool:
+        found = lock_in_order(manager.on(db), [entry.pk])
+        if found:
+            end_unstarted_rows(db, [entry], OutcomeStatus.EXPIRED, jobs, now)
+            _after_cron_run(entry, now, jobs, OutcomeStatus.EXPIRED)
+        _let_go(db, entry, lock_id)
+        return bool(found)
+
+    return atomic_retrying(db, write, "expire")
+
+
+def cancel_run(
+    manager: EntryManager,
+    entry: Entry,
+    lock_id: int | None,
+    *,
+    started_at: datetime | None = None,
+    worker_name: str = "",
+    traceback: str = "",
+    now: datetime | None = None,
+    jobs: JobCatalog | None = None,
+    keep_lock: bool = False,
+) -> bool:
+    """End a claimed ``entry`` whose cancel reached its worker: before it started
+    (``started_at`` None), or once its run ended or was given up. It is deleted, never
+    retried, and leaves a ``cancelled`` outcome record (with the run's worker and times, for a
+    run), as a cancel of a waiting entry does (``entry_actions.end_unstarted_rows``). Its
+    group lock is given up (or, mid-claim, moved on); ``keep_lock``: kept, pointing at no
+    entry, for a run given up while it may still go on. One transaction. Return False if the
+    entry was gone already."""
+    now = now or timezone.now()
+    db = router.db_for_write(manager.model)
+
+    def write() -> bool:
+        found = lock_in_order(manager.on(db), [entry.pk])
+        if found:
+            ran = started_at is not None
+            end_unstarted_rows(db, [entry], OutcomeStatus.CANCELLED, jobs, now, records=not ran)
+            if ran and keeps_outcomes(entry, jobs):
+                iq.RunOutcome.objects.db_manager(db).record_failure(
+                    entry,
+                    attempt=entry.attempts + 1,
+                    exception_class=f"{JobCancelled.__module__}.JobCancelled",
+                    traceback=storable_text(cut_traceback(traceback)) or "The run was cancelled.",
+                    worker_name=worker_name,
+                    started=started_at,
+                    now=now,
+                    status=OutcomeStatus.CANCELLED,
+                )
+            _after_cron_run(entry, now, jobs, OutcomeStatus.CANCELLED)
+        if keep_lock and lock_id is not None:
+            iq.GroupLock.objects.using(db).filter(pk=lock_id).update(entry_id=None)
+        else:
+            _let_go(db, entry, lock_id)
+        return bool(found)
+
+    return atomic_retrying(db, write, "cancel_run")
 
 
 def _let_go(db: str, entry: Entry, lock_id: int | None) -> None:
@@ -343,6 +428,7 @@ def end_attempt(
         )
     rows = manager.on(using).filter(pk=entry.pk)
     if final:
+        notify_ended(using, [entry.pk])
         if rows.delete()[0]:
             if entry.unique_key:
                 iq.UniqueKey.objects.db_manager(using).start_windows([entry.unique_key])

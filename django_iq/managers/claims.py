@@ -69,7 +69,9 @@ def claim(
     ``limited=(job name, its limits as registered here)`` claims entries of that one job
     under its caps and rate limit (``JobLimit``): the job's row is locked, so claims of the
     job count its running claims and recent starts one at a time, on every database; each
-    lock records the job. Limited jobs must be left out of ``job_names`` of other claims.
+    lock records the job (and, for a job capped per key, its first entry's concurrency key).
+    A job limited per key is claimed key by key (``JobLimitManager.pick_by_key``). Limited
+    jobs must be left out of ``job_names`` of other claims.
     """
     db = router.db_for_write(manager.model)
     worker_id = worker.pk if worker is not None else None
@@ -101,12 +103,12 @@ def claim(
             limit = min(limit, queue_row["max_concurrency"] - running)
             if limit <= 0:
                 return []
-        rated = False  # a rate-limited job's claims record their starts
+        room = None
         if limited is not None:
             # After the queue row, like every claim of a capped queue: one lock order.
             node = worker.host if worker is not None else None
-            room, rated = iq.JobLimit.objects.room(db, limited[0], node, limited[1])
-            limit = min(limit, room)
+            room = iq.JobLimit.objects.room(db, limited[0], node, limited[1])
+            limit = min(limit, room.total)
             if limit <= 0:
                 return []
         # After the queue row: a claim waiting for a capped queue does not hold its
@@ -118,21 +120,32 @@ def claim(
             ready = ready.filter(job_name=limited[0])
         elif job_names is not None:
             ready = ready.filter(job_name__in=list(job_names))
-        candidates = list(
+        ready = (
             ready.exclude(Exists(iq.GroupLock.objects.filter(key=OuterRef("lock_key"))))
             .exclude(Exists(iq.DisabledJob.objects.filter(job_name=OuterRef("job_name"))))
             .order_by("-priority", "pk")
-            .select_for_update(skip_locked=True)[:limit]
+            .select_for_update(skip_locked=True)
         )
+        if limited is not None and room is not None and room.limits and room.limits.is_keyed:
+            candidates = iq.JobLimit.objects.pick_by_key(db, limited[0], room.limits, ready, limit)
+        else:
+            candidates = list(ready[:limit])
         if not candidates:
             return []
-        first_entry: dict[str, int] = {}
+        first_entry: dict[str, Entry] = {}
         for entry in candidates:
-            first_entry.setdefault(entry.lock_key, entry.pk)
+            first_entry.setdefault(entry.lock_key, entry)
         job_name = limited[0] if limited is not None else None
-        taken = insert_group_locks(db, first_entry, queue, worker_id, job_name)
-        if job_name is not None and rated:
-            started = sum(entry.lock_key in taken for entry in candidates)
+        taken = insert_group_locks(
+            db,
+            {key: entry.pk for key, entry in first_entry.items()},
+            queue,
+            worker_id,
+            job_name,
+            {key: entry.concurrency_key for key, entry in first_entry.items()},
+        )
+        if job_name is not None and room is not None and room.rated:
+            started = [entry for entry in candidates if entry.lock_key in taken]
             iq.JobLimit.objects.record_starts(db, job_name, started)
     claims = {}
     for entry in candidates:

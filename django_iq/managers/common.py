@@ -68,6 +68,13 @@ def lock_in_order(rows: models.QuerySet[Any], ids: Iterable[int] | None = None) 
     return list(rows.order_by("pk").select_for_update().values_list("pk", flat=True))
 
 
+def lock_awaited_in_order(rows: models.QuerySet[Any], ids: Iterable[int]) -> dict[int, bool]:
+    """Lock entries as ``lock_in_order`` does; return each one's id and whether a caller waits
+    on it (``awaited``), in id order."""
+    rows = rows.filter(pk__in=sorted(set(ids))).order_by("pk").select_for_update()
+    return dict(rows.values_list("pk", "awaited"))
+
+
 def delete_first(rows: models.QuerySet[Any], order: str, batch_size: int) -> int:
     """Delete the first ``batch_size`` of ``rows`` in ``order`` (a field): one pruning batch,
     its ids read first so that no database needs DELETE ... LIMIT. Return the rows deleted."""

@@ -113,6 +113,7 @@ def compact_group(
     max_attempts: int,
     now: datetime,
     limit: int = 1000,
+    limit_keys: Callable[[dict[str, Any]], tuple[str, str]] | None = None,
 ) -> Compacted | str:
     """Replace the group's mergeable entries (the oldest ``limit``) by one entry whose
     kwargs are ``fold(entries)``, in one transaction; return what was done, or why nothing
@@ -125,7 +126,8 @@ def compact_group(
     claim locked just before (its lock insert now waits for this transaction) stays for that
     claim, and one committed after the read stays for the next pass. The merged entry keeps
     the highest priority, the earliest ``enqueued_at`` and ``run_at``, and the first
-    entry's timeout; ``max_attempts`` is the job's. The lock is deleted before the commit,
+    entry's timeout; ``max_attempts`` is the job's; ``limit_keys(kwargs)`` gives its
+    concurrency key and rate limit key (none: the empty keys). The lock is deleted before the commit,
     so the merged entry is claimable as soon as it is visible.
     """
     db = router.db_for_write(manager.model)
@@ -150,6 +152,7 @@ def compact_group(
             iq.GroupLock.objects.using(db).filter(pk=taken[lock_key]).delete()
             return TOO_FEW
         kwargs = fold(members)
+        concurrency_key, rate_limit_key = limit_keys(kwargs) if limit_keys else ("", "")
         run_at = min(entry.run_at for entry in members)
         merged = manager.model(
             queue_id=group.queue,
@@ -164,6 +167,14 @@ def compact_group(
             max_attempts=max_attempts,
             enqueued_at=min(entry.enqueued_at for entry in members),
             timeout_seconds=members[0].timeout_seconds,
+            concurrency_key=concurrency_key,
+            rate_limit_key=rate_limit_key,
+            # The merged call may start while any member could: the latest expiry, or none.
+            expires_at=(
+                None
+                if any(m.expires_at is None for m in members)
+                else max(m.expires_at for m in members if m.expires_at is not None)
+            ),
         )
         replaced = [entry.pk for entry in members]
         manager.on(db).filter(pk__in=replaced).delete()

@@ -17,7 +17,7 @@ from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.bounds import END_REASON_MAX_CHARS
 from django_iq.conf import iq_settings
-from django_iq.exceptions import InvalidSchedule, JobNotRegistered
+from django_iq.exceptions import InvalidJobArguments, InvalidSchedule, JobNotRegistered
 from django_iq.options import JobCatalog
 from django_iq.schedule import (
     every_seconds_of,
@@ -62,6 +62,17 @@ def next_run_of(cron_job: CronJob, after: datetime) -> datetime | None:
     if cron_job.every_seconds is not None:
         return next_interval_time(cron_job.next_run_at, cron_job.every_seconds, after)
     return next_fire_time(cron_job.schedule, cron_job.timezone, after)
+
+
+def limit_keys_of(cron_job: CronJob, jobs: JobCatalog) -> tuple[str, str]:
+    """The concurrency key and rate limit key of the cron job's call (its arguments never
+    change, so every entry of it has the same). A key that cannot be taken from them is logged
+    and left empty: the entry is then counted with the job's other entries without a key."""
+    try:
+        return jobs.limit_keys_of(cron_job.job_name, cron_job.args, cron_job.kwargs)
+    except InvalidJobArguments as exc:
+        logger.warning("cron job keys refused name=%s: %s", cron_job.name, exc)
+        return "", ""
 
 
 def declared_fields(spec: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +170,11 @@ class CronJobManager(models.Manager["CronJob"]):
         with transaction.atomic(using=router.db_for_write(iq.Entry)):
             if not iq.Entry.objects.filter(cron_job=cron_job).exists():
                 self.schedule_next(
-                    cron_job, now, jobs.max_attempts_of(cron_job.job_name), fire_now=True
+                    cron_job,
+                    now,
+                    jobs.max_attempts_of(cron_job.job_name),
+                    fire_now=True,
+                    limit_keys=limit_keys_of(cron_job, jobs),
                 )
             return (
                 iq.Entry.objects.filter(cron_job=cron_job, state=EntryState.INITIAL).update(
@@ -271,7 +286,9 @@ class CronJobManager(models.Manager["CronJob"]):
             .exclude(run_once_at__gt=now, next_run_at=F("run_once_at"))
         )
         for cron_job in waiting:
-            if self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name)):
+            max_attempts = jobs.max_attempts_of(cron_job.job_name)
+            keys = limit_keys_of(cron_job, jobs)
+            if self.schedule_next(cron_job, now, max_attempts, limit_keys=keys):
                 created += 1
         return created
 
@@ -282,9 +299,11 @@ class CronJobManager(models.Manager["CronJob"]):
         max_attempts: int,
         *,
         fire_now: bool = False,
+        limit_keys: tuple[str, str] = ("", ""),
     ) -> Entry | None:
         """Create the cron job's entry for its first fire time after ``now``, with
-        ``max_attempts`` (its job's).
+        ``max_attempts`` (its job's) and ``limit_keys`` (its concurrency key and rate limit
+        key: ``limit_keys_of``).
 
         Fires missed while nothing ran are not replayed: the next entry is always for the next
         fire time from now, so a missed period runs once (the overdue entry), not N times. A
@@ -322,6 +341,8 @@ class CronJobManager(models.Manager["CronJob"]):
             max_attempts=max_attempts,
             enqueued_at=now,
             cron_job=cron_job,
+            concurrency_key=limit_keys[0],
+            rate_limit_key=limit_keys[1],
         )
         try:
             with transaction.atomic(using=router.db_for_write(iq.Entry)):
@@ -382,7 +403,12 @@ class CronJobManager(models.Manager["CronJob"]):
             if schedule_changed:
                 _start_afresh(cron_job)
                 self.filter(pk=cron_job.pk).update(**AFRESH)
-            return self.schedule_next(cron_job, now, jobs.max_attempts_of(cron_job.job_name))
+            return self.schedule_next(
+                cron_job,
+                now,
+                jobs.max_attempts_of(cron_job.job_name),
+                limit_keys=limit_keys_of(cron_job, jobs),
+            )
 
     def save_edited(
         self, cron_job: CronJob, changed: Iterable[str], jobs: JobCatalog, *, created: bool

@@ -10,10 +10,13 @@ states (the queryset)      ``initial pending disabled blocked computing`` ...   
                            ``awaiting_compute running locked_by_dead_workers due``
 enqueue                    ``enqueue enqueue_many enqueue_blocked``                    ``enqueue``
 claim                      ``claim``                                                   ``claims``
-how an attempt ends        ``complete_many fail snooze end_attempt``                   ``attempts``
+how an attempt ends        ``complete_many fail snooze end_attempt expire cancel_run`` ``attempts``
 waiting entries            ``promote_due run_now cancel cancel_returning disable``     ``entry_actions``
-                           ``enable waiting_times``
+                           ``enable waiting_times mark_awaited expire_due``
+                           ``cancel_or_request end_requested_cancels``
+                           ``waiting_matching cancel_waiting_matching``
 compaction                 ``compactable_groups compact_group``                        ``compaction``
+a run's progress           ``report_progress``                                         ``progress``
 =========================  ==========================================================  =================
 """
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from django_iq.managers import attempts, claims, compaction, entry_actions
+from django_iq.managers import attempts, claims, compaction, entry_actions, progress
 from django_iq.managers import enqueue as enqueueing
 from django_iq.managers.entry_states import EntryQuerySet
 
@@ -54,12 +57,20 @@ class EntryManager(EntryManagerBase):
     fail = attempts.fail
     snooze = attempts.snooze
     end_attempt = attempts.end_attempt
+    expire = attempts.expire
+    cancel_run = attempts.cancel_run
 
     # -- waiting entries ---------------------------------------------------------------------
     promote_due = entry_actions.promote_due
     run_now = entry_actions.run_now
     cancel = entry_actions.cancel
     cancel_returning = entry_actions.cancel_returning
+    mark_awaited = entry_actions.mark_awaited
+    expire_due = entry_actions.expire_due
+    cancel_or_request = entry_actions.cancel_or_request
+    end_requested_cancels = entry_actions.end_requested_cancels
+    waiting_matching = entry_actions.waiting_matching
+    cancel_waiting_matching = entry_actions.cancel_waiting_matching
     disable = entry_actions.disable
     enable = entry_actions.enable
     waiting_times = entry_actions.waiting_times
@@ -67,3 +78,6 @@ class EntryManager(EntryManagerBase):
     # -- compaction --------------------------------------------------------------------------
     compactable_groups = compaction.compactable_groups
     compact_group = compaction.compact_group
+
+    # -- a run's progress --------------------------------------------------------------------
+    report_progress = progress.report_progress

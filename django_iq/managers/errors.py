@@ -12,7 +12,9 @@ from django.utils import timezone
 from django_iq import signals
 from django_iq.appmodels import iq
 from django_iq.bounds import cut_message
+from django_iq.exceptions import InvalidJobArguments
 from django_iq.managers.common import atomic_retrying, delete_first, stored_json
+from django_iq.options import JobCatalog
 from django_iq.queries import notify_ready
 from django_iq.states import EntryState, lock_key_for
 
@@ -91,6 +93,7 @@ class EntryErrorManager(models.Manager["EntryError"]):
         exception_class: str | None = None,
         queue: str | None = None,
         batch_size: int = 1000,
+        jobs: JobCatalog | None = None,
     ) -> int:
         """Requeue every failed entry of a job, exception class and/or queue, in batches.
 
@@ -108,13 +111,19 @@ class EntryErrorManager(models.Manager["EntryError"]):
             batch = list(rows.order_by("pk")[:batch_size])
             if not batch:
                 return total
-            total += len(self.requeue(batch))
+            total += len(self.requeue(batch, jobs))
 
-    def requeue(self, errors: Iterable[EntryError] | models.QuerySet[EntryError]) -> list[Entry]:
+    def requeue(
+        self,
+        errors: Iterable[EntryError] | models.QuerySet[EntryError],
+        jobs: JobCatalog | None = None,
+    ) -> list[Entry]:
         """Enqueue a fresh pending entry for each failed entry in ``errors``; return them.
 
         Errors that are not final, or already requeued, are skipped. Entries of a disabled job
-        are created ``disabled``.
+        are created ``disabled``. With ``jobs`` (the registry), each entry gets the keys its
+        job's limits count per value of, taken from its arguments again; a key that cannot be
+        taken any more is left empty.
         """
         db = router.db_for_write(self.model)
         now = timezone.now()
@@ -151,6 +160,9 @@ class EntryErrorManager(models.Manager["EntryError"]):
                 )
                 for e in rows
             ]
+            if jobs is not None:
+                for entry in entries:
+                    entry.concurrency_key, entry.rate_limit_key = _limit_keys(entry, jobs)
             created = iq.Entry.objects.using(db).bulk_create(entries)
             self.using(db).filter(pk__in=[e.pk for e in rows]).update(requeued_at=now)
             notify_ready(db, [e.queue_id for e in created if e.state == EntryState.PENDING])
@@ -160,3 +172,10 @@ class EntryErrorManager(models.Manager["EntryError"]):
         for entry in created:
             signals.send(signals.entry_enqueued, iq.Entry, entry=entry)
         return created
+
+
+def _limit_keys(entry: Entry, jobs: JobCatalog) -> tuple[str, str]:
+    try:
+        return jobs.limit_keys_of(entry.job_name, entry.args, entry.kwargs)
+    except InvalidJobArguments:
+        return "", ""

@@ -105,6 +105,18 @@ def return_json(value: Any) -> str | None:
     return text
 
 
+def unstarted_text(status: str, attempts: int) -> str:
+    """What the outcome record of an entry that ended without this attempt says: whether it
+    had run before (``attempts`` failed)."""
+    ended = "expired" if status == OutcomeStatus.EXPIRED else "was cancelled"
+    if not attempts:
+        return f"The entry {ended} before it started."
+    return (
+        f"The entry {ended} before its retry (attempt {attempts + 1}) started; {attempts} "
+        "earlier attempt(s) had failed (see its error records)."
+    )
+
+
 def failure_status(exception_class: str) -> str:
     """The status of an attempt that ended without success by ``exception_class``."""
     if exception_class.endswith(TIMEOUT_CLASS_SUFFIX):
@@ -183,15 +195,21 @@ class RunOutcomeManager(models.Manager["RunOutcome"]):
             ]
         )[0]
 
-    def record_cancelled(self, entries: Sequence[Entry], now: datetime) -> None:
-        """The rows of entries cancelled while they waited (they did not run)."""
+    def record_unstarted(self, entries: Sequence[Entry], now: datetime, status: str) -> None:
+        """The rows of entries that ended without running (this attempt): ``cancelled``
+        while they waited, or ``expired`` before they started (or, retried, started again)."""
+        exception_class = (
+            "django_iq.exceptions.EntryExpired"
+            if status == OutcomeStatus.EXPIRED
+            else "django_iq.exceptions.EntryCancelled"
+        )
         rows = [
             self._record(
                 entry,
-                status=OutcomeStatus.CANCELLED,
+                status=status,
                 attempt=entry.attempts + 1,
-                exception_class="django_iq.exceptions.EntryCancelled",
-                traceback="The entry was cancelled before it ran.",
+                exception_class=exception_class,
+                traceback=unstarted_text(status, entry.attempts),
                 finished_at=now,
             )
             for entry in entries

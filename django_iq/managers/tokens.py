@@ -74,7 +74,7 @@ class ApiTokenManager(models.Manager["ApiToken"]):
         token = TOKEN_MARK + secrets.token_urlsafe(TOKEN_BYTES)
         row = self.create(
             name=name,
-            user=user,
+            user_pk=str(user.pk),
             prefix=token[:PREFIX_LENGTH],
             token_hash=hash_token(token),
             expires_at=expires_at,
@@ -89,13 +89,9 @@ class ApiTokenManager(models.Manager["ApiToken"]):
         now = now or timezone.now()
         if not token.startswith(TOKEN_MARK) or text_problem(token):
             return None
-        found = (
-            self.usable(now)
-            .select_related("user")
-            .filter(token_hash=hash_token(token), user__is_active=True, user__is_staff=True)
-            .first()
-        )
-        if found is None:
+        found = self.usable(now).filter(token_hash=hash_token(token)).first()
+        user = found.user if found is not None else None
+        if found is None or user is None or not user.is_active or not user.is_staff:
             return None
         stale = now - LAST_USED_PRECISION
         if found.last_used_at is None or found.last_used_at <= stale:
@@ -159,6 +155,11 @@ class ApiTokenManager(models.Manager["ApiToken"]):
             .values_list("pk", flat=True)[:batch_size]
         )
         return self.filter(pk__in=ids).update(sealed="", sealed_until=None) if ids else 0
+
+    def revoke_for_user(self, user_pk: Any, now: datetime | None = None) -> int:
+        """Revoke the tokens of a user who was deleted; return how many."""
+        rows = self.filter(user_pk=str(user_pk), revoked_at__isnull=True)
+        return rows.update(revoked_at=now or timezone.now())
 
     def revoke(
         self, ids: Iterable[int], now: datetime | None = None

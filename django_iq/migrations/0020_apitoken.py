@@ -48,7 +48,11 @@ class Migration(migrations.Migration):
                 ("revoked_at", models.DateTimeField(blank=True, editable=False, null=True)),
                 (
                     "user",
+                    # No constraint: where django_iq's tables have a database of their own
+                    # (DJANGO_IQ["DATABASE"]), the users' table is not in it. Migration 0031
+                    # replaces this field by user_pk.
                     models.ForeignKey(
+                        db_constraint=False,
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="django_iq_api_tokens",
                         to=settings.AUTH_USER_MODEL,

@@ -1,7 +1,7 @@
 """Vendor-specific SQL, named and kept in one place, with one dispatch on ``connection.vendor``.
 
-By what it serves: ``claim``, ``enqueue``, ``complete``, ``maintenance`` and ``sessions``, over the
-helpers of ``common``. Callers import from ``django_iq.queries``."""
+By what it serves: ``claim``, ``enqueue``, ``complete``, ``maintenance``, ``sessions`` and
+``tables``, over the helpers of ``common``. Callers import from ``django_iq.queries``."""
 
 from django_iq.queries.claim import (
     CLAIM_POSTGRESQL,
@@ -14,6 +14,8 @@ from django_iq.queries.claim import (
     supports_single_statement_claim,
 )
 from django_iq.queries.common import (
+    CANCEL_PREFIX,
+    ENDED_CHANNEL,
     NOTIFY_CHANNEL,
     columns,
     db_now_plus,
@@ -37,6 +39,8 @@ from django_iq.queries.enqueue import (
     enqueue_in_one_statement,
     join_batch,
     notifications_on,
+    notify,
+    notify_ended,
     notify_ready,
     supports_single_statement_enqueue,
     take_unique_key,
@@ -67,10 +71,19 @@ from django_iq.queries.sessions import (
     session_id,
     sessions_left,
 )
+from django_iq.queries.tables import (
+    TABLE_BTREES_SQLITE,
+    TABLE_PAGES_SQLITE,
+    TABLE_SIZE_MYSQL,
+    TABLE_SIZE_POSTGRESQL,
+    TableSize,
+    table_size,
+)
 
 __all__ = [
     "BACKENDS_LEFT_POSTGRESQL",
     "BACKEND_STARTS_POSTGRESQL",
+    "CANCEL_PREFIX",
     "CLAIM_POSTGRESQL",
     "COMPLETE_OUTCOMES_POSTGRESQL",
     "COMPLETE_POSTGRESQL",
@@ -78,6 +91,7 @@ __all__ = [
     "CONNECTIONS_LEFT_MYSQL",
     "COPY_ENQUEUE_MIN_ROWS",
     "DEAD_ROWS_POSTGRESQL",
+    "ENDED_CHANNEL",
     "ENQUEUE_CHECKS_POSTGRESQL",
     "ENQUEUE_MANY_POSTGRESQL",
     "ENQUEUE_ONE_POSTGRESQL",
@@ -88,11 +102,16 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "SERVER_SESSIONS_MYSQL",
     "SERVER_SESSIONS_POSTGRESQL",
+    "TABLE_BTREES_SQLITE",
+    "TABLE_PAGES_SQLITE",
+    "TABLE_SIZE_MYSQL",
+    "TABLE_SIZE_POSTGRESQL",
     "TAKE_UNIQUE_KEY_ON_CONFLICT",
     "TERMINATE_POSTGRESQL",
     "UPSERT_ADD_DUPLICATE_KEY",
     "UPSERT_ADD_ON_CONFLICT",
     "OutcomeDone",
+    "TableSize",
     "bound_transaction",
     "claim_in_one_statement",
     "claim_sql",
@@ -109,6 +128,8 @@ __all__ = [
     "lock_live_worker",
     "named_sessions",
     "notifications_on",
+    "notify",
+    "notify_ended",
     "notify_ready",
     "server_sessions",
     "session_id",
@@ -117,6 +138,7 @@ __all__ = [
     "supports_single_statement_claim",
     "supports_single_statement_complete",
     "supports_single_statement_enqueue",
+    "table_size",
     "take_unique_key",
     "upsert_add",
     "upsert_add_all",

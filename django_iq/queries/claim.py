@@ -14,14 +14,14 @@ from django_iq.queries.common import _DB_CLOCK_BY_VENDOR, _instance, _template, 
 # Insert group locks, skipping keys another claimer holds, and return the keys actually taken.
 # PostgreSQL and SQLite (>= 3.35) both speak ON CONFLICT ... RETURNING.
 INSERT_LOCKS_ON_CONFLICT = (
-    "INSERT INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}, {job}) VALUES {values} "
-    "ON CONFLICT ({key}) DO NOTHING RETURNING {id}, {key}"
+    "INSERT INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}, {job}, {ckey}) "
+    "VALUES {values} ON CONFLICT ({key}) DO NOTHING RETURNING {id}, {key}"
 )
 
 
 # MariaDB (>= 10.5): INSERT IGNORE skips duplicate keys and RETURNING lists only inserted rows.
 INSERT_LOCKS_IGNORE = (
-    "INSERT IGNORE INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}, {job}) "
+    "INSERT IGNORE INTO {table} ({key}, {queue}, {worker}, {locked_at}, {entry}, {job}, {ckey}) "
     "VALUES {values} "
     "RETURNING {id}, {key}"
 )
@@ -40,11 +40,13 @@ def insert_group_locks(
     queue: str,
     worker_id: int | None,
     job_name: str | None = None,
+    concurrency_keys: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """Insert a lock for each key not already locked; return ``{key: lock id}`` for those taken.
 
     ``keys`` maps each lock key to the first entry claimed under it; ``job_name`` is the job of
-    a claim under a cap (counted against it while the lock lives). ``locked_at`` is the
+    a claim under a cap (counted against it while the lock lives), ``concurrency_keys`` each
+    lock key's concurrency key (a job capped per key; "" when not given). ``locked_at`` is the
     database's clock at the insert, not the claimer's clock before it waited for row locks.
 
     Keys are inserted in sorted order so two claimers waiting on each other's uncommitted
@@ -65,15 +67,20 @@ def insert_group_locks(
         locked_at=column["locked_at"],
         entry=column["entry_id"],
         job=column["job_name"],
+        ckey=column["concurrency_key"],
         id=column["id"],
         values=", ".join(
-            [f"(%s, %s, %s, {_template(_DB_CLOCK_BY_VENDOR, connection.vendor, 'claim')}, %s, %s)"]
+            [
+                f"(%s, %s, %s, {_template(_DB_CLOCK_BY_VENDOR, connection.vendor, 'claim')}, "
+                "%s, %s, %s)"
+            ]
             * len(ordered)
         ),
     )
     params: list[Any] = []
     for key in ordered:
-        params.extend((key, queue, worker_id, keys[key], job_name))
+        ckey = (concurrency_keys or {}).get(key, "")
+        params.extend((key, queue, worker_id, keys[key], job_name, ckey))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {key: lock_id for lock_id, key in cursor.fetchall()}

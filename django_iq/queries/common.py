@@ -49,6 +49,14 @@ _DB_CLOCK_BY_VENDOR = {
 # notification is sent only when its transaction commits, and PostgreSQL folds the same
 # channel and payload sent many times in one transaction into one.
 NOTIFY_CHANNEL = "django_iq"
+# The channel that tells waiting callers (``django_iq.wait``) that an entry ended; the payload
+# is the entry's id. Sent for a success only when a caller flagged the entry (``awaited``), for
+# a final failure or a cancel always (they are few).
+ENDED_CHANNEL = "django_iq_ended"
+# On NOTIFY_CHANNEL, the payload of a cancel requested for a running or claimed entry is this
+# followed by the entry's id. (Work in a queue whose name started with it would not wake
+# listening workers: it would wait for their poll.)
+CANCEL_PREFIX = "cancel:"
 
 
 def _stored_fields(model: Any) -> list[Any]:

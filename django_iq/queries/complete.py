@@ -11,12 +11,13 @@ from typing import Any
 from django.db import connections
 
 from django_iq.appmodels import iq
-from django_iq.queries.common import NOTIFY_CHANNEL, columns
+from django_iq.queries.common import ENDED_CHANNEL, NOTIFY_CHANNEL, columns
 
 # Write plain successes in one statement on PostgreSQL (one round trip, no BEGIN or COMMIT of
 # its own): lock the finished entries by id and delete them, then lock the ended claims' group
 # locks by id and delete them, in that order as every writer of several rows does (the second
-# lock step waits for the first through its sub-select). Returns the lock ids deleted; those
+# lock step waits for the first through its sub-select). Entries a caller waits on (awaited)
+# are announced on ENDED_CHANNEL. Returns the lock ids deleted; those
 # missing were gone already (recovery released them while their jobs ran). A batch with unique
 # keys starts their windows between the two steps (COMPLETE_WINDOWS_POSTGRESQL).
 COMPLETE_POSTGRESQL = """
@@ -25,7 +26,7 @@ WITH le AS (
     ORDER BY {entry_id} FOR UPDATE
 ), de AS (
     DELETE FROM {entry_table} e USING le WHERE e.{entry_id} = le.{entry_id}
-    RETURNING e.{entry_id}{returned_key}{returned_outcome}
+    RETURNING e.{entry_id}, e.{awaited}{returned_key}{returned_outcome}
 ){windows}{outcomes}, dd AS (
     DELETE FROM {dep_table} d USING de WHERE d.{dep_parent} = de.{entry_id}
     RETURNING d.{dep_child}
@@ -40,10 +41,12 @@ WITH le AS (
 ), rn AS (
     SELECT pg_notify('{channel}', q) FROM (SELECT DISTINCT {queue} AS q FROM rc
     WHERE {state} = 'pending') AS ready
+), wn AS (
+    SELECT pg_notify('{ended_channel}', de.{entry_id}::text) FROM de WHERE de.{awaited}
 ), ll AS (
     SELECT {lock_id} FROM {lock_table}
     WHERE {lock_id} = ANY(%(locks)s) AND (SELECT COUNT(*) FROM {before_locks}) >= 0
-      AND (SELECT COUNT(*) FROM rn) >= 0
+      AND (SELECT COUNT(*) FROM rn) >= 0 AND (SELECT COUNT(*) FROM wn) >= 0
     ORDER BY {lock_id} FOR UPDATE
 ), dl AS (
     DELETE FROM {lock_table} g USING ll WHERE g.{lock_id} = ll.{lock_id} RETURNING g.{lock_id}
@@ -179,6 +182,8 @@ def _complete_sql(connection: Any, with_windows: bool, with_outcomes: bool) -> s
             run_at=entry["run_at"],
             queue=entry["queue"],
             channel=NOTIFY_CHANNEL,
+            ended_channel=ENDED_CHANNEL,
+            awaited=entry["awaited"],
             returned_key=f", e.{unique_key}" if with_windows else "",
             returned_outcome=returned_outcome,
             outcomes=outcomes,

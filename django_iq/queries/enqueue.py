@@ -11,7 +11,7 @@ from django.db import connections
 
 from django_iq.appmodels import iq
 from django_iq.conf import iq_settings
-from django_iq.queries.common import NOTIFY_CHANNEL, _stored_fields, columns
+from django_iq.queries.common import ENDED_CHANNEL, NOTIFY_CHANNEL, _stored_fields, columns
 
 # Take a unique key with a window (unique_for) in one statement: insert its row, or take the row
 # that is there if no window runs (expires_at NULL: its entry was cancelled; or in the past),
@@ -191,15 +191,24 @@ def notifications_on(using: str) -> bool:
 def notify_ready(using: str, queues: Iterable[object]) -> None:
     """In the caller's transaction, wake the listeners of ``queues`` (entries became ready
     there); nothing where the database has no notifications."""
-    names = sorted({str(queue) for queue in queues})
-    if not names or not notifications_on(using):
+    notify(using, NOTIFY_CHANNEL, queues)
+
+
+def notify_ended(using: str, entry_ids: Iterable[int]) -> None:
+    """In the caller's transaction, tell whoever waits that these entries ended (see
+    ``ENDED_CHANNEL``); nothing where the database has no notifications."""
+    notify(using, ENDED_CHANNEL, entry_ids)
+
+
+def notify(using: str, channel: str, payloads: Iterable[object]) -> None:
+    """In the caller's transaction, one ``NOTIFY`` on ``channel`` per distinct payload; nothing
+    where the database has no notifications."""
+    texts = sorted({str(payload) for payload in payloads})
+    if not texts or not notifications_on(using):
         return
     connection = connections[using]
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q",
-            [NOTIFY_CHANNEL, names],
-        )
+        cursor.execute("SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [channel, texts])
 
 
 # A bulk enqueue of many entries on PostgreSQL goes through COPY: its ids are taken from the

@@ -9,6 +9,7 @@ from django_iq.inline_runs import Outcome, run_jobs
 from django_iq.registry import BoundJob, Job
 from django_iq.testing.assertions import EnqueuedAssertions
 from django_iq.testing.capture import EnqueuedJob, EnqueuedJobs
+from django_iq.wait_listener import Hub
 
 
 class IQTestMixin(EnqueuedAssertions):
@@ -22,6 +23,9 @@ class IQTestMixin(EnqueuedAssertions):
         super().setUp()  # type: ignore[misc]
         self.iq_jobs = EnqueuedJobs().start()
         self.addCleanup(self.iq_jobs.stop)  # type: ignore[attr-defined]
+        # A wait() outside a transaction (TransactionTestCase, PostgreSQL) listens on a
+        # connection of its own: closed after the test, so that the test database can be dropped.
+        self.addCleanup(Hub.stop_for_process)  # type: ignore[attr-defined]
 
     def enqueued(
         self, job: Job[Any, Any] | BoundJob | str | Any = None, **filters: Any

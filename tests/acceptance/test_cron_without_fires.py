@@ -6,15 +6,15 @@ entry, nor the other cron jobs."""
 from __future__ import annotations
 
 import json
-import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.db import transaction
 
 from django_iq.models import CronJob, Entry, EntryError, GroupLock, Queue, Worker
 from tests.conftest import wait_until
-from tests.processes import Command, command_env, start_command
+from tests.processes import Command, command_env, start_command, stop_cleanly
 from tests.testapp.jobs import wait_for_file
 from tests.testapp.models import JobRun, RecordedRun
 
@@ -32,17 +32,20 @@ NO_FIRE_ENV = {
 
 def stored_cron_job(name: str, schedule: str, **fields: object) -> CronJob:
     """A cron job stored with ``schedule`` as it was written before schedules were checked for
-    five fields and a next fire time (or by hand): the row is updated past ``save()``."""
+    five fields and a next fire time (or by hand): the row is updated past ``save()``, in the
+    same transaction, so a running leader never sees the placeholder schedule (it would give
+    the cron job an entry for the next minute)."""
     Queue.objects.get_or_create(name="default")
-    cron_job = CronJob.objects.create(
-        name=name,
-        schedule="* * * * *",
-        job_name="tests.testapp.jobs.recorded",
-        args=[name],
-        queue_id="default",
-        **fields,
-    )
-    CronJob.objects.filter(pk=cron_job.pk).update(schedule=schedule)
+    with transaction.atomic():
+        cron_job = CronJob.objects.create(
+            name=name,
+            schedule="* * * * *",
+            job_name="tests.testapp.jobs.recorded",
+            args=[name],
+            queue_id="default",
+            **fields,
+        )
+        CronJob.objects.filter(pk=cron_job.pk).update(schedule=schedule)
     return cron_job
 
 
@@ -52,14 +55,6 @@ def runs(token: str) -> int:
 
 def ended(name: str) -> CronJob | None:
     return CronJob.objects.filter(name=name, ended_at__isnull=False).first()
-
-
-def stop(*commands: Command) -> None:
-    for command in commands:
-        command.send_signal(signal.SIGTERM)
-    for command in commands:
-        code, output = command.finish(30)
-        assert code == 0, output[-3000:]
 
 
 def kill_a_worker_mid_job_and_recover(tmp_path: Path, env: dict[str, str]) -> Command:
@@ -100,14 +95,14 @@ def test_a_schedule_whose_fire_times_run_out_runs_its_last_fire_once_and_ends() 
         message="the leader and the worker to start",
     )
     # croniter's seven-field form (second, year last), as it was stored before it was refused:
-    # its only fire time is two seconds from now.
-    last = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
+    # its only fire time is a few seconds from now (the leader's first look must come before it).
+    last = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0)
     schedule = f"{last.minute} {last.hour} {last.day} {last.month} * {last.second} {last.year}"
     stored_cron_job("runs-out", schedule)
 
     wait_until(lambda: runs("runs-out"), timeout=20, message="the last fire to run")
     wait_until(lambda: ended("runs-out"), timeout=10, message="the cron job to end")
-    stop(worker, leader)
+    stop_cleanly(worker, leader)
 
     assert runs("runs-out") == 1, "the last fire runs once, not again and again"
     cron_job = CronJob.objects.get(name="runs-out")
@@ -132,7 +127,7 @@ def test_a_stored_schedule_with_no_fire_time_ends_and_recovery_goes_on(tmp_path:
         lambda: ended("ran-out") and ended("never"), timeout=10, message="both cron jobs to end"
     )
     rescuer = kill_a_worker_mid_job_and_recover(tmp_path, env)
-    stop(rescuer, leader)
+    stop_cleanly(rescuer, leader)
 
     assert "'0 9 * * 1-5 0 2020' has no fire time after" in ended("ran-out").end_reason  # type: ignore[union-attr]
     assert "'0 0 30 2 *' has no fire time after" in ended("never").end_reason  # type: ignore[union-attr]
@@ -174,7 +169,7 @@ def test_a_declared_schedule_with_no_fire_time_is_refused_and_stops_no_other_dut
     leader = start_command("runleader", "--skip-checks", env=env)
     rescuer = kill_a_worker_mid_job_and_recover(tmp_path, command_env())
     wait_until(lambda: runs("often") >= 2, timeout=20, message="the interval to keep firing")
-    stop(rescuer, leader)
+    stop_cleanly(rescuer, leader)
 
     tick = CronJob.objects.get(name="tick")
     assert tick.is_done and tick.end_reason.startswith("DJANGO_IQ['CRON'] declares it with a")

@@ -3,15 +3,17 @@ stored and inferred states, exact group-key search, and what each action reports
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib import messages
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION
 from django.contrib.messages import get_messages
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_iq.admin import EstimatedCountPaginator
 from django_iq.models import DisabledJob, Entry
@@ -252,6 +254,31 @@ def test_change_page_shows_who_holds_the_group_lock(client: Client) -> None:
     assert "computing" in response.content.decode()
 
 
+def test_change_page_shows_the_last_progress_reported_and_how_long_ago(client: Client) -> None:
+    entry = EntryFactory()
+    lock = GroupLockFactory(entry_for_key=entry, track_entry=True)
+    Entry.objects.report_progress(
+        entry.pk,
+        lock.pk,
+        done=40,
+        total=100,
+        note="rows",
+        reported_at=timezone.now() - timedelta(seconds=3),
+    )
+    login_superuser(client)
+
+    html = client.get(change_url(entry)).content.decode()
+
+    assert re.search(r"40 of 100 \(40%\) — rows, reported 3(\.\d)? s ago", html), html
+
+
+def test_change_page_says_when_no_progress_was_reported(client: Client) -> None:
+    entry = EntryFactory()
+    login_superuser(client)
+
+    assert "none reported" in client.get(change_url(entry)).content.decode()
+
+
 # -- actions: what they report and log ---------------------------------------------------------
 
 
@@ -315,7 +342,7 @@ def test_run_now_makes_deferred_entries_pending_and_reports_the_others(client: C
     assert [(e.action_flag, e.object_id) for e in log_entries()] == [(CHANGE, str(deferred.pk))]
 
 
-def test_cancel_refuses_entries_locked_by_a_running_worker_and_says_so(client: Client) -> None:
+def test_cancel_requests_the_cancel_of_entries_a_worker_runs_and_says_so(client: Client) -> None:
     free = EntryFactory()
     running = EntryFactory(locked=True)
     login_superuser(client)
@@ -323,12 +350,15 @@ def test_cancel_refuses_entries_locked_by_a_running_worker_and_says_so(client: C
     response = run_action(client, Entry, "cancel_entries", [free, running])
 
     assert list(Entry.objects.values_list("pk", flat=True)) == [running.pk]
+    assert Entry.objects.get(pk=running.pk).cancel_requested_at is not None
     (message,) = get_messages(response.wsgi_request)
-    assert (str(message), message.level) == (
-        f"Cancelled 1 entry: {free.pk}. Skipped 1, being run by a worker: {running.pk}.",
-        messages.WARNING,
+    assert str(message) == (
+        f"Cancelled 1 entry: {free.pk}. Cancel requested for 1 entry being run (the worker "
+        f"stops them): {running.pk}."
     )
-    assert [(e.action_flag, e.object_id) for e in log_entries()] == [(DELETION, str(free.pk))]
+    assert sorted((e.action_flag, e.object_id) for e in log_entries()) == sorted(
+        [(DELETION, str(free.pk)), (CHANGE, str(running.pk))]
+    )
 
 
 def test_entries_cannot_be_deleted_around_the_cancel_action(client: Client) -> None:

@@ -21,6 +21,7 @@ from django_iq.models import (
     DisabledJob,
     Entry,
     EntryError,
+    GroupLock,
     OperatorAction,
     Queue,
     Worker,
@@ -364,6 +365,7 @@ def test_inspect_shows_inputs_states_lock_and_failed_attempts(viewer: Api) -> No
         "max_attempts": 3,
         "run_at": iso(entry.run_at),
         "enqueued_at": iso(entry.enqueued_at),
+        "expires_at": None,
         "group_key": "order:7",
         "lock_key": "g:order:7",
         "lock": {
@@ -375,6 +377,7 @@ def test_inspect_shows_inputs_states_lock_and_failed_attempts(viewer: Api) -> No
         },
         "cron_job_id": None,
         "result_id": None,
+        "progress": None,
         "errors": [
             {
                 "id": error.pk,
@@ -398,6 +401,25 @@ def test_inspect_shows_inputs_states_lock_and_failed_attempts(viewer: Api) -> No
             }
             for error in (first, second)
         ],
+    }
+
+
+def test_inspect_shows_the_last_progress_the_job_reported(viewer: Api) -> None:
+    entry = EntryFactory(running=True)
+    lock = GroupLock.objects.get(key=entry.lock_key)
+    reported_at = timezone.now() - timedelta(seconds=3)
+    Entry.objects.report_progress(
+        entry.pk, lock.pk, done=40, total=160, note="rows", reported_at=reported_at
+    )
+
+    body = viewer.get(url("entry", entry.pk)).json()
+
+    assert body["progress"] == {
+        "done": 40.0,
+        "total": 160.0,
+        "percent": 25.0,
+        "note": "rows",
+        "reported_at": iso(reported_at),
     }
 
 
@@ -438,7 +460,7 @@ def test_delete_cancels_the_entry_and_records_who_did_it(operator: Api) -> None:
     assert response.status_code == 200
     assert response.json() == {
         "cancelled": [entry.pk],
-        "skipped": [],
+        "requested": [],
         "not_found": [],
         "message": f"Cancelled 1 entry: {entry.pk}.",
     }
@@ -454,21 +476,24 @@ def test_delete_cancels_the_entry_and_records_who_did_it(operator: Api) -> None:
     assert log.change_message == "Cancelled through the django_iq API."
 
 
-def test_delete_refuses_an_entry_a_worker_is_computing_with_409(operator: Api) -> None:
+def test_delete_of_an_entry_a_worker_runs_requests_its_cancel_with_202(operator: Api) -> None:
     entry = EntryFactory(locked=True)
 
     response = operator.delete(url("entry", entry.pk))
 
-    assert response.status_code == 409
+    assert response.status_code == 202
     assert response.json() == {
-        "error": f"Entry {entry.pk} was not cancelled: its group lock is held, so a worker is "
-        "computing it. Try again once it is done.",
         "cancelled": [],
-        "skipped": [entry.pk],
+        "requested": [entry.pk],
         "not_found": [],
+        "message": f"Cancelled 0 entries. Cancel requested for 1 entry being run (the worker "
+        f"stops them): {entry.pk}.",
     }
-    assert Entry.objects.filter(pk=entry.pk).exists()
-    assert not LogEntry.objects.exists()
+    assert Entry.objects.get(pk=entry.pk).cancel_requested_at is not None
+    (log,) = LogEntry.objects.all()
+    assert log.change_message == (
+        "Cancel requested through the django_iq API: the worker running it stops it."
+    )
 
 
 def test_deleting_a_missing_entry_is_a_404(operator: Api) -> None:
@@ -492,10 +517,11 @@ def test_cancel_many_reports_what_became_of_each_id(operator: Api) -> None:
     assert response.status_code == 200
     assert response.json() == {
         "cancelled": sorted([*(e.pk for e in waiting), deferred.pk]),
-        "skipped": sorted([running.pk, grouped.pk]),
+        "requested": sorted([running.pk, grouped.pk]),
         "not_found": [987654],
         "message": f"Cancelled 4 entries: {', '.join(str(pk) for pk in sorted(ids[:4]))}. "
-        f"Skipped 2, being run by a worker: {running.pk}, {grouped.pk}. "
+        f"Cancel requested for 2 entries being run (the worker stops them): {running.pk}, "
+        f"{grouped.pk}. "
         "Not found: 987654 (finished, failed for good or already cancelled).",
     }
     assert set(Entry.objects.values_list("pk", flat=True)) == {running.pk, sibling.pk, grouped.pk}

@@ -129,7 +129,7 @@ def test_a_listed_entry_has_its_summary_without_lock_or_attempts(
     assert (row["state"], row["inferred_state"]) == ("pending", "computing")
     assert set(row) == {
         "id", "queue", "job", "args", "kwargs", "priority", "state", "inferred_state",
-        "attempts", "max_attempts", "run_at", "enqueued_at", "group_key",
+        "attempts", "max_attempts", "run_at", "enqueued_at", "expires_at", "group_key",
     }  # fmt: skip
 
 

@@ -33,7 +33,10 @@ def chromium_path() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API keeps an event loop running in this thread
+# while it is open, and the suite's later tests (jobs run in process by run_jobs) must not find
+# one there.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if sync_playwright is None:
         pytest.skip("playwright is not installed: pip install -e '.[test]'")

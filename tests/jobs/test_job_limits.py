@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -18,6 +19,7 @@ from django_iq.limited_claims import LimitedClaims
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock, JobLimit, JobStart, Worker
 from django_iq.worker import WorkerProcess
+from tests.conftest import held_in_another_session
 from tests.factories import WorkerFactory, most_at_once
 from tests.testapp.jobs import capped, one_at_a_time, rate_limited, record
 from tests.testapp.models import JobRun, RecordedRun
@@ -129,6 +131,26 @@ def test_a_worker_publishes_the_limits_of_its_jobs_and_drops_removed_ones() -> N
         5,
         1.0,
     )
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="SQLite has no row locks another session can hold"
+)
+def test_a_worker_starting_beside_a_claim_holding_the_row_does_not_wait_for_it() -> None:
+    limits = {capped.name: capped.options.limits()}
+    JobLimit.objects.publish(limits)
+
+    # A claim of the job counting under its row's lock.
+    with held_in_another_session(
+        lambda: JobLimit.objects.select_for_update().get(job_name=capped.name)
+    ):
+        began = time.monotonic()
+        JobLimit.objects.publish(limits)  # the limits the row holds: nothing to write
+        assert time.monotonic() - began < 2, "read without waiting for the row"
+
+    changed = {capped.name: one_at_a_time.options.limits()}  # a redeploy changed the cap
+    JobLimit.objects.publish(changed)
+    assert JobLimit.objects.get(job_name=capped.name).max_concurrency == 1
 
 
 @pytest.mark.parametrize(

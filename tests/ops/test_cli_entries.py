@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db
 # -- iq_cancel -------------------------------------------------------------------------------
 
 
-def test_cancel_deletes_waiting_entries_and_skips_running_ones() -> None:
+def test_cancel_deletes_waiting_entries_and_requests_the_cancel_of_running_ones() -> None:
     waiting = EntryFactory()
     deferred = EntryFactory(deferred=True)
     running = EntryFactory(locked=True)
@@ -41,16 +41,17 @@ def test_cancel_deletes_waiting_entries_and_skips_running_ones() -> None:
 
     assert output == (
         f"Cancelled 2 entries: {waiting.pk}, {deferred.pk}. "
-        f"Skipped 1, being run by a worker: {running.pk}. "
+        f"Cancel requested for 1 entry being run (the worker stops them): {running.pk}. "
         "Not found: 999999 (finished, failed for good or already cancelled).\n"
     )
+    assert Entry.objects.get(pk=running.pk).cancel_requested_at is not None
     assert list(Entry.objects.values_list("pk", flat=True)) == [running.pk]
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "the following arguments are required: --id"),
+        ([], "Say which entries to cancel: --id N, or --job and/or --queue"),
         (["--id", "x"], "expected a whole number, got 'x'"),
         (["--id", "0"], "must be greater than zero, got 0"),
     ],

@@ -26,6 +26,7 @@ from django_iq.models import (
     Worker,
 )
 from django_iq.snapshot import read_snapshot
+from django_iq.table_status import TableStatus, retention_behind
 from tests.conftest import iq_settings_with
 from tests.factories import (
     EntryErrorFactory,
@@ -137,6 +138,7 @@ def test_status_json_keys_are_stable() -> None:
         "problems",
         "queues",
         "server_sessions",
+        "tables",
         "totals",
         "unserved_jobs",
         "workers",
@@ -258,6 +260,61 @@ def test_status_text_prints_aligned_tables_of_queues_workers_and_the_leader() ->
     assert lines[lines.index("Leader") + 1].startswith("web1:20:leader  epoch 7  lease expires in")
 
 
+def _docs_table(
+    table: str,
+    rows: int,
+    size: int,
+    oldest: float | None = None,
+    setting: str = "",
+    retention: float | None = None,
+) -> TableStatus:
+    return TableStatus(
+        model="",
+        table=f"django_iq_{table}",
+        database="default",
+        size_bytes=size,
+        estimated_rows=rows,
+        retention_setting=setting,
+        retention_seconds=retention,
+        oldest_age_seconds=oldest,
+        is_behind=retention is not None and retention_behind(oldest, retention),
+    )
+
+
+DAY = 86_400.0
+DOCS_TABLES = [
+    _docs_table("apitoken", 3, 49_152),
+    _docs_table("batch", 120, 106_496),
+    _docs_table("cronjob", 14, 49_152),
+    _docs_table("disabledjob", 0, 24_576),
+    _docs_table("entry", 463, 1_236_992),
+    _docs_table("entrydependency", 0, 24_576),
+    _docs_table(
+        "entryerror", 1_208, 3_416_064, 6 * DAY + 82_800, "ERROR_RETENTION_SECONDS", 7 * DAY
+    ),
+    _docs_table("grouplock", 8, 57_344),
+    _docs_table("joblimit", 2, 24_576),
+    _docs_table("jobminute", 52_110, 9_838_592, DAY + 40, "METRICS_RETENTION_SECONDS", DAY),
+    _docs_table("jobstart", 310, 65_536),
+    _docs_table("leaderlease", 1, 16_384),
+    _docs_table(
+        "operatoraction", 96, 81_920, 41 * DAY + 7_200, "AUDIT_RETENTION_SECONDS", 90 * DAY
+    ),
+    _docs_table("queue", 3, 24_576),
+    _docs_table("queuedepthminute", 4_320, 1_146_880, DAY + 40, "METRICS_RETENTION_SECONDS", DAY),
+    _docs_table(
+        "queuelatencyminute", 25_900, 4_202_496, DAY + 40, "METRICS_RETENTION_SECONDS", DAY
+    ),
+    _docs_table("queueminute", 4_318, 1_318_912, DAY + 40, "METRICS_RETENTION_SECONDS", DAY),
+    _docs_table("queuetotal", 3, 24_576),
+    _docs_table(
+        "runoutcome", 2_481_300, 1_912_602_624, 2 * DAY + 10_800, "OUTCOME_RETENTION_SECONDS", DAY
+    ),
+    _docs_table("uniquekey", 0, 32_768),
+    _docs_table("worker", 12, 40_960, 79_800, "WORKER_RETENTION_SECONDS", DAY),
+]
+
+
 def test_the_example_of_docs_reference_cli_is_what_iq_status_prints(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -319,6 +376,8 @@ def test_the_example_of_docs_reference_cli_is_what_iq_status_prints(
     monkeypatch.setattr(iq_status, "read_snapshot", functools.partial(read_snapshot, now=now))
     # The server's limit and sessions, as a PostgreSQL server would say them.
     monkeypatch.setattr(snapshot, "server_sessions", lambda db: (100, 3, 37))
+    # The tables of a cluster that has run for weeks, pruning behind on the outcome records.
+    monkeypatch.setattr(iq_status, "read_table_status", lambda now: DOCS_TABLES)
 
     # The default silence (30 s), not the tests' 3 s: building 455 entries may take seconds.
     with iq_settings_with(WORKER_SILENT_AFTER_SECONDS=30):

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from django_iq.dashboard.panels import RUNNING_LIMIT
 from django_iq.dashboard.views import dashboard_data
-from django_iq.models import LeaderLease, Worker
+from django_iq.models import Entry, GroupLock, LeaderLease, Worker
 from tests.conftest import iq_settings_with
 from tests.factories import EntryFactory, WorkerFactory
 
@@ -150,6 +150,23 @@ def test_running_entries_show_since_when_and_where_and_not_their_groups_waiting_
     # Computing counts the group's lock, running the entry its worker runs.
     assert (data.totals["computing"], data.totals["running"]) == (2, 1)
     assert data.totals["awaiting_compute"] == 0
+
+
+def test_running_entries_show_their_last_progress_report(admin_client: Client) -> None:
+    reporting = EntryFactory(running=True)
+    silent = EntryFactory(running=True)
+    lock = GroupLock.objects.get(key=reporting.lock_key)
+    Entry.objects.report_progress(
+        reporting.pk, lock.pk, done=2, total=5, note="pages", reported_at=timezone.now()
+    )
+
+    html = page(admin_client)
+
+    shown = {run.entry_id: run.progress for run in dashboard_data(timezone.now()).running}
+    assert shown[silent.pk] == ""
+    assert re.match(r"2 of 5 \(40%\) — pages, reported .* ago$", shown[reporting.pk])
+    row = re.search(rf'<tr data-running-entry="{reporting.pk}">.*?</tr>', html, re.S)
+    assert row is not None and "2 of 5 (40%) — pages, reported" in row.group(0)
 
 
 def test_the_running_list_is_bounded_and_links_to_all_of_them(admin_client: Client) -> None:

@@ -43,7 +43,10 @@ def test_cancel_through_each_door_says_the_same_and_is_audited_once_per_door() -
     said = []
     for door in ("command", "admin", "api"):
         free, running = EntryFactory(), EntryFactory(locked=True)
-        expected = f"Cancelled 1 entry: {free.pk}. Skipped 1, being run by a worker: {running.pk}."
+        expected = (
+            f"Cancelled 1 entry: {free.pk}. Cancel requested for 1 entry being run (the worker "
+            f"stops them): {running.pk}."
+        )
         if door == "command":
             out = io.StringIO()
             call_command("iq_cancel", "--id", str(free.pk), str(running.pk), stdout=out)
@@ -62,9 +65,9 @@ def test_cancel_through_each_door_says_the_same_and_is_audited_once_per_door() -
 
     assert [message for message, _ in said] == [expected for _, expected in said]
     assert audits() == [
-        ("command", "cancel", 1, 1, 0),
-        ("admin", "cancel", 1, 1, 0),
-        ("api", "cancel", 1, 1, 0),
+        ("command", "cancel", 2, 0, 0),
+        ("admin", "cancel", 2, 0, 0),
+        ("api", "cancel", 2, 0, 0),
     ]
     assert [a.actor for a in OperatorAction.objects.order_by("pk")][1:] == ["root", "root"]
     assert [a.user_pk for a in OperatorAction.objects.order_by("pk")] == [

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-from django_iq import Fail, RetryAfter, Snooze, current, job
+from django_iq import (
+    Fail,
+    RetryAfter,
+    Snooze,
+    cancel_requested,
+    current,
+    job,
+    set_progress,
+    wait,
+)
 from django_iq.exceptions import WorkerFenced
 from tests.testapp.models import JobRun, RecordedRun
 
@@ -225,6 +235,23 @@ def one_at_a_time(token: str, seconds: float = 0.0) -> str:
 def rate_limited(token: str, seconds: float = 0.0) -> str:
     """At most 5 starts in any second, cluster-wide."""
     return _recorded_run(token, seconds)
+
+
+@job(max_concurrency=2, concurrency_key="account_id")
+def per_account(account_id: str, token: str, seconds: float = 0.0) -> str:
+    """At most 2 running per account, cluster-wide; records its account as the group key."""
+    return _recorded_run(token, seconds, group_key=account_id)
+
+
+def tenant_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The rate limit key of ``per_tenant``: its ``tenant`` argument, by position or name."""
+    return kwargs["tenant"] if "tenant" in kwargs else args[0]
+
+
+@job(rate_limit="3/s", rate_limit_key=tenant_of)
+def per_tenant(tenant: str, token: str, seconds: float = 0.0) -> str:
+    """At most 3 starts a second per tenant."""
+    return _recorded_run(token, seconds, group_key=tenant)
 
 
 @job(max_attempts=1)
@@ -590,3 +617,164 @@ def whoami(fail_first: int = 0) -> dict[str, Any]:
 async def whoami_async() -> dict[str, Any]:
     await asyncio.sleep(0)
     return _context_seen()
+
+
+@job(max_attempts=1)
+def waits_for(entry_id: int, timeout: float = 5.0) -> Any:
+    """Wait for another entry from inside a job (refused on the job's own queue)."""
+    return wait(entry_id, timeout=timeout)
+
+
+@job(max_attempts=1)
+def returns_after(value: Any, seconds: float = 0.0, fail: str = "") -> Any:
+    """Sleep ``seconds``, then return ``value``, or raise ``ValueError(fail)`` when given."""
+    time.sleep(seconds)
+    if fail:
+        raise ValueError(fail)
+    return value
+
+
+@job(max_attempts=1)
+async def returns_after_async(value: Any, seconds: float = 0.0) -> Any:
+    await asyncio.sleep(seconds)
+    return value
+
+
+@job(expires=0.1)
+def expiring(token: str) -> str:
+    """Expires 0.1 s after each enqueue."""
+    JobRun.objects.create(token=token, started_at=time.time(), pid=os.getpid())
+    return token
+
+
+@job(max_attempts=3)
+def cancellable(token: str, seconds: float = 30.0) -> str:
+    """Works in small steps for ``seconds``; records its start, and its end with whether it saw
+    ``cancel_requested()`` (group key ``saw-cancel``) as it ended."""
+    run = RecordedRun.objects.create(token=token, pid=os.getpid(), started_at=time.time())
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        return token
+    finally:
+        RecordedRun.objects.filter(pk=run.pk).update(
+            finished_at=time.time(), group_key="saw-cancel" if cancel_requested() else ""
+        )
+
+
+@job(max_attempts=3)
+def sleeps_in_c(token: str, seconds: float = 30.0) -> str:
+    """Blocks in one C call (``time.sleep``): a raised ``JobCancelled`` waits for its return."""
+    RecordedRun.objects.create(token=token, pid=os.getpid(), started_at=time.time())
+    time.sleep(seconds)
+    RecordedRun.objects.filter(token=token).update(finished_at=time.time())
+    return token
+
+
+@job(max_attempts=3)
+async def cancellable_async(token: str, seconds: float = 30.0) -> str:
+    """A coroutine job that awaits for ``seconds``; records its start, and its end with whether
+    it saw ``cancel_requested()``."""
+    from asgiref.sync import sync_to_async
+
+    run = await sync_to_async(RecordedRun.objects.create)(
+        token=token, pid=os.getpid(), started_at=time.time()
+    )
+    try:
+        await asyncio.sleep(seconds)
+        return token
+    finally:
+        await sync_to_async(RecordedRun.objects.filter(pk=run.pk).update)(
+            finished_at=time.time(), group_key="saw-cancel" if cancel_requested() else ""
+        )
+
+
+@job
+def progress_steps(directory: str, steps: int) -> int:
+    """Report step 1 of ``steps``, wait until the test creates the file ``<directory>/1``,
+    report step 2, and so on; return ``steps`` once the last step's file exists."""
+    for step_number in range(1, steps + 1):
+        set_progress(step_number, steps, note=f"step {step_number}")
+        deadline = time.monotonic() + 30
+        while not (Path(directory) / str(step_number)).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the job polls the file the test creates to release it
+    return steps
+
+
+@job
+def progress_then_retry(steps: int, pause_seconds: float = 0.0) -> None:
+    """Report ``steps`` steps (``pause_seconds`` apart), then fail the attempt with a retry a
+    minute later: the entry stays, showing the last report."""
+    for step_number in range(1, steps + 1):
+        set_progress(step_number, steps, note=f"step {step_number}")
+        if pause_seconds:
+            time.sleep(pause_seconds)  # the job's own work between reports
+    raise RetryAfter(60, "reported, then failed")
+
+
+@job
+def progress_in_a_loop(reports: int, pause_seconds: float) -> None:
+    """Report ``reports`` times, ``pause_seconds`` apart (0: in a tight loop), then fail the
+    attempt with a retry a minute later, so that the entry stays to be read."""
+    for done in range(1, reports + 1):
+        set_progress(done, reports)
+        if pause_seconds:
+            time.sleep(pause_seconds)  # the job's own work between reports
+    raise RetryAfter(60, "reported, then failed")
+
+
+# Bad progress reports by name (JSON cannot carry NaN or a bool that is not a number).
+BAD_PROGRESS: dict[str, tuple[Any, ...]] = {
+    "text": ("3",),
+    "bool": (True,),
+    "none": (None,),
+    "negative": (-1,),
+    "nan": (math.nan,),
+    "infinite": (math.inf,),
+    "too_big": (10**400,),
+    "negative_total": (0, -1),
+    "total_text": (1, "10"),
+    "more_than_total": (5, 4),
+    "note_not_text": (1, 2, 3),
+    "note_too_long": (1, 2, "x" * 201),
+    "note_with_nul": (1, 2, "a\x00b"),
+    "note_with_lone_surrogate": (1, 2, "a\ud800b"),
+}
+
+
+@job
+def bad_progress(kind: str) -> None:
+    """Report one good step, then the bad report ``BAD_PROGRESS[kind]``, which raises."""
+    set_progress(1, 10, note="good")
+    set_progress(*BAD_PROGRESS[kind])
+
+
+@job
+async def progress_async(steps: int) -> None:
+    """A coroutine job reporting ``steps`` steps, then failing its attempt with a retry a
+    minute later, so that the entry stays to be read."""
+    for step_number in range(1, steps + 1):
+        set_progress(step_number, steps, note=f"async step {step_number}")
+        await asyncio.sleep(0)
+    raise RetryAfter(60, "reported, then failed")
+
+
+@job
+def export_rows(export_id: int, rows: int, stop_after: int | None = None) -> int:
+    """The progress recipe's job (docs/howto/progress.md): one report per row written. With
+    ``stop_after``, the attempt fails after that many rows (retried a minute later), leaving
+    its entry and its progress to be read."""
+    for done in range(1, rows + 1):
+        set_progress(done, rows, note=f"export {export_id}: row {done}")
+        if done == stop_after:
+            raise RetryAfter(60, "stopped part way")
+    return rows
+
+
+@job
+def reports_and_returns(reports: int) -> int:
+    """Report ``reports`` times in a tight loop, then succeed."""
+    for done in range(1, reports + 1):
+        set_progress(done, reports)
+    return reports

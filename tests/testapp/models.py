@@ -30,3 +30,14 @@ class RecordedRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.token} pid={self.pid}"
+
+
+class Export(models.Model):
+    """A user's export, as an application keeps it: whose it is, and the entry doing it (the
+    progress recipe of docs/howto/progress.md)."""
+
+    owner = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="exports")
+    entry_id = models.BigIntegerField(null=True)
+
+    def __str__(self) -> str:
+        return f"export {self.pk} of {self.owner_id}"

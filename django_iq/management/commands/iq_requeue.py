@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_iq import operations
-from django_iq.management.argtypes import non_empty, positive_int
+from django_iq.management.argtypes import add_ids_option, non_empty
 from django_iq.management.output import unknown_queue_message
 from django_iq.models import EntryError
 from django_iq.wording import plural
@@ -60,14 +60,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--id",
-            dest="ids",
-            type=positive_int,
-            action="extend",
-            nargs="+",
-            metavar="N",
-            help="Error record ids, as the admin and the API show them (repeatable).",
+        add_ids_option(
+            parser,
+            "Error record ids, as the admin and the API show them (repeatable).",
+            required=False,
         )
         parser.add_argument("--job", type=non_empty, help="Only failures of this job name.")
         parser.add_argument(

@@ -1,5 +1,10 @@
-"""``manage.py iq_status``: show queues, workers, the leader and the alarms once, as JSON, or
-refreshed; ``--check`` exits with status 1 while the cluster is unhealthy."""
+"""``manage.py iq_status``: show queues, workers, the leader, the alarms and django_iq's tables
+once, as JSON, or refreshed; ``--check`` exits with status 1 while the cluster is unhealthy.
+
+A table whose pruning is behind is warned about but does not make ``--check`` fail: the check
+answers whether work flows (as ``/iq/health/`` and the dashboard's headline do), and old rows
+piling up for hours is no reason to page anyone; ``--json`` gives ``retention_behind`` per
+table for a separate check."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import contextlib
 import json
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,13 +21,22 @@ from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_iq.management.argtypes import seconds
-from django_iq.management.output import refuse_unknown_queues, render_text, split_names
+from django_iq.management.output import (
+    refuse_unknown_queues,
+    render_tables,
+    render_text,
+    split_names,
+)
 from django_iq.preflight import startup_problem
 from django_iq.snapshot import Snapshot, read_snapshot
+from django_iq.table_status import TableStatus, read_table_status
 
 DEFAULT_WATCH_SECONDS = 2.0
 # Cursor home, then erase the screen: the next report is drawn in place.
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+# With --watch the tables are read again at most this often: their sizes and oldest records
+# change slowly, and on SQLite a size is read page by page.
+TABLES_REFRESH_SECONDS = 60.0
 
 
 watch_seconds = seconds(0, 86_400, above_minimum=True)
@@ -88,7 +103,10 @@ class Command(BaseCommand):
         interval: float | None = options["watch"]
         if interval is None:
             status = self._read(queues)
-            self.stdout.write(self._render(status, as_json=options["json"], indent=2))
+            report = self._render(
+                status, read_table_status(status.now), as_json=options["json"], indent=2
+            )
+            self.stdout.write(report)
             if options["check"] and not status.is_healthy:
                 problems = status.problems
                 raise CommandError(
@@ -102,11 +120,16 @@ class Command(BaseCommand):
         clear = not options["json"] and self.stdout.isatty()
         stop = threading.Event()
         printed = 0
+        tables: list[TableStatus] = []
+        tables_read = float("-inf")
         try:
             with stop_on_signals(stop):
                 while True:
+                    status = self._read(queues)
+                    if time.monotonic() - tables_read >= TABLES_REFRESH_SECONDS:
+                        tables, tables_read = read_table_status(status.now), time.monotonic()
                     # JSON: one document per line, so a consumer can read line by line.
-                    report = self._render(self._read(queues), as_json=options["json"], indent=None)
+                    report = self._render(status, tables, as_json=options["json"], indent=None)
                     if clear:
                         report = CLEAR_SCREEN + report
                     elif printed and not options["json"]:
@@ -125,7 +148,10 @@ class Command(BaseCommand):
             queues=queues, worker_limit=None, include_stopped=False, unserved_jobs=True
         )
 
-    def _render(self, status: Snapshot, *, as_json: bool, indent: int | None) -> str:
+    def _render(
+        self, status: Snapshot, tables: list[TableStatus], *, as_json: bool, indent: int | None
+    ) -> str:
         if as_json:
-            return json.dumps(status.as_dict(), cls=DjangoJSONEncoder, indent=indent)
-        return render_text(status)
+            document = status.as_dict() | {"tables": [table.as_dict() for table in tables]}
+            return json.dumps(document, cls=DjangoJSONEncoder, indent=indent)
+        return render_text(status) + "\n\n" + render_tables(tables)

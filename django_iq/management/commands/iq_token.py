@@ -71,15 +71,19 @@ class Command(BaseCommand):
         self.stdout.write(token)
 
     def _list(self, username: str | None) -> None:
-        rows = ApiToken.objects.select_related("user").order_by("pk")
+        rows = ApiToken.objects.order_by("pk")
         if username is not None:
-            rows = rows.filter(**{f"user__{get_user_model().USERNAME_FIELD}": username})
+            users = get_user_model()._default_manager
+            found = users.filter(**{get_user_model().USERNAME_FIELD: username}).first()
+            rows = rows.filter(user_pk=str(found.pk)) if found is not None else rows.none()
         now = timezone.now()
         table = [
             (
                 row.pk,
                 row.name,
-                row.user.get_username(),
+                row.user.get_username()
+                if row.user is not None
+                else f"(deleted user {row.user_pk})",
                 row.prefix,
                 row.status(now),
                 format_time(row.last_used_at) if row.last_used_at else "never",

@@ -66,13 +66,16 @@ def enqueue_many(
     jobs: JobCatalog | None = None,
     result_ids: Sequence[str] = (),
     group_keys: Sequence[str | None] = (),
+    limit_keys: Sequence[tuple[str, str]] = (),
 ) -> list[Entry]:
     """Validate every call first, then insert them in batches of 1,000, in one transaction.
 
     The queue must exist or be declared (in settings, or by one of ``jobs``: the registry
     passes itself). ``result_ids``, one per call, are the entries' Django Tasks result ids
     (the Tasks backend). ``group_keys``, one per call, are the group keys taken
-    from the calls (``@job(group_by=...)``), in place of the options' one.
+    from the calls (``@job(group_by=...)``), in place of the options' one. ``limit_keys``, one
+    per call, are its concurrency key and rate limit key (``@job(concurrency_key=...,
+    rate_limit_key=...)``).
 
     On PostgreSQL a batch is one statement (see ``queries.enqueue_in_one_statement``): a
     single enqueue costs one round trip, and each pending entry notifies the workers
@@ -90,6 +93,8 @@ def enqueue_many(
     ]
     for entry, result_id in zip(entries, result_ids, strict=False):
         entry.result_id = result_id
+    for entry, (concurrency_key, rate_limit_key) in zip(entries, limit_keys, strict=False):
+        entry.concurrency_key, entry.rate_limit_key = concurrency_key, rate_limit_key
     if not entries:
         return []
     batch = _batch_of(db, entries)
@@ -152,12 +157,15 @@ def enqueue_blocked(
     *,
     jobs: JobCatalog | None = None,
 ) -> Entry:
-    """Insert one entry of ``job_name`` (``kwargs`` are checked here) ``blocked`` by one
-    blocker that is no entry (a batch's open block; ``EntryDependencyManager.release``
-    takes it away), in the caller's transaction."""
+    """Insert one entry of ``job_name`` (``kwargs`` are checked here, and with ``jobs`` the
+    keys of its limits taken from them) ``blocked`` by one blocker that is no entry (a batch's
+    open block; ``EntryDependencyManager.release`` takes it away), in the caller's
+    transaction."""
     now = timezone.now()
     args, checked = validate_arguments((), kwargs)
     entry = build_entry(job_name, args, checked, options, now, resolve_run_at(options.run_at, now))
+    if jobs is not None:
+        entry.concurrency_key, entry.rate_limit_key = jobs.limit_keys_of(job_name, args, checked)
     entry.state, entry.blockers = EntryState.BLOCKED, 1
     insert_with_orm(db, job_name, options.queue_name, [entry], jobs)
     signals.send(signals.entry_enqueued, manager.model, entry=entry)

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django_iq.appmodels import iq
-from django_iq.options import JobOptions
+from django_iq.options import JobOptions, expires_at
 from django_iq.states import EntryState, lock_key_for
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ def build_entry(
         "enqueued_at": now,
         "unique_key": options.unique_key_for(job_name, args, kwargs),
         "timeout_seconds": options.timeout,
+        "expires_at": expires_at(options.expires, max(run_at, now)),
     }
     # Positional, in field order: Django's fast path (no keyword matching per field).
     model: Callable[..., Entry] = iq.Entry
