@@ -8,10 +8,12 @@ multiples of it in UTC, and a ``DEFAULT`` partition that takes any row no range 
 leader down for hours, a clock far off), so a run's acknowledgement never fails for want of a
 partition. The leader's pruning duty (``maintain``):
 
-- creates partitions ahead of the clock, each as a plain table first and then attached, which
-  locks the parent table only against other schema changes (``SHARE UPDATE EXCLUSIVE``): the
-  workers' inserts and the readers go on. Rows the default partition holds for the new range
-  are moved into it in the same transaction;
+- creates partitions ahead of the clock, each as a plain table first and then attached, with
+  the rows the default partition holds for the new range moved into it, all in one
+  transaction under a brief ``ACCESS EXCLUSIVE`` lock on the parent, waited for at most
+  ``LOCK_TIMEOUT_MS``. Attaching alone would lock less, but a statement planned before the
+  commit with the old list of partitions would run after it and find the moved rows in
+  neither partition (a waiter would find an ended entry's record nowhere);
 - drops a partition once all of it is past ``OUTCOME_RETENTION_SECONDS``: it is detached (a
   catalog change under a brief ``ACCESS EXCLUSIVE`` lock on the parent, which the leader waits
   for at most ``LOCK_TIMEOUT_MS``, so no insert queues behind it for longer), then dropped as a
@@ -256,6 +258,10 @@ def _create(db: str, lower: datetime, upper: datetime, fence: Fence, result: Par
         f"create {name}",
         fence,
         [
+            # The whole table, first: a statement planned before the commit with the old list
+            # of partitions would otherwise run after it and find the moved rows in neither
+            # (and a write routed to the default partition would break its new constraint).
+            (f"LOCK TABLE {parent} IN ACCESS EXCLUSIVE MODE", []),
             (
                 f"CREATE TABLE {quote(name)} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
                 [],

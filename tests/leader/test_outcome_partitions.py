@@ -7,13 +7,14 @@ migration keeps the records already written."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from django_iq import partitions
@@ -33,6 +34,8 @@ pytestmark = [
 
 HOUR = timedelta(hours=1)
 PARTITION_OF_ROW = "SELECT tableoid::regclass::text FROM {table} WHERE id = %s"
+COUNT = "SELECT COUNT(*) FROM {table}"
+COPIES = "INSERT INTO {table} ({names}) SELECT {picked} FROM {table}, generate_series(1, %s) WHERE id = %s"
 
 
 def drop_range_partitions() -> None:
@@ -143,6 +146,59 @@ def test_rows_no_partition_covered_move_into_the_one_created_for_them() -> None:
     assert partitions.partition_name(hour + 5 * HOUR) in result.created
     assert result.moved == 1
     assert where(far) == partitions.partition_name(hour + 5 * HOUR)
+
+
+def copies_in_default(pk: int, count: int, finished_at: datetime) -> None:
+    """``count`` copies of the record ``pk``, finished at ``finished_at``, written straight to
+    the parent table (no range partition covers them: they land in the default one)."""
+    quote = connection.ops.quote_name
+    fields = [f.column for f in RunOutcome._meta.concrete_fields if f.column != "id"]
+    names = ", ".join(quote(name) for name in fields)
+    picked = ", ".join("%s" if name == "finished_at" else quote(name) for name in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            COPIES.format(table=quote(partitions.table()), names=names, picked=picked),
+            [finished_at, count, pk],
+        )
+
+
+def count_rows(seen: list[int], started: threading.Event, stop: threading.Event) -> None:
+    """Count the outcome table's rows, statement after statement, until ``stop``."""
+    try:
+        with connections["default"].cursor() as cursor:
+            started.set()
+            while not stop.is_set():
+                cursor.execute(COUNT.format(table=connection.ops.quote_name(partitions.table())))
+                seen.append(cursor.fetchone()[0])
+    finally:
+        connections.close_all()
+
+
+@iq_settings_with(OUTCOME_RETENTION_SECONDS=7 * 86_400, OUTCOME_PARTITION_SECONDS=3600)
+def test_a_reader_never_misses_the_rows_moved_into_a_new_partition() -> None:
+    """Rows of the default partition moved into a partition created for them are there for
+    every statement that reads the table meanwhile: before the move, or after it (a waiter
+    reading outcome records found an entry gone and its record nowhere)."""
+    start = partitions.aligned(timezone.now(), 3600)
+    (template,) = records_finished_at(start)
+    rows = 40_000
+    seen: list[int] = []
+    for round_ in range(1, 4):
+        # Hours no partition covers yet (each pass makes four ahead): rows land in default.
+        hour = start + round_ * 10 * HOUR
+        RunOutcome.objects.exclude(pk=template).delete()
+        copies_in_default(template, rows, hour + timedelta(minutes=1))
+        moving, stop = threading.Event(), threading.Event()
+        reader = threading.Thread(target=count_rows, args=(seen, moving, stop))
+        reader.start()
+        assert moving.wait(10)
+        result = leader_pass(hour + timedelta(minutes=2))
+        time.sleep(0.05)
+        stop.set()
+        reader.join(30)
+        assert result.moved == rows, round_
+    rows += 1  # and the template
+    assert seen and min(seen) == rows, f"a statement counted {min(seen)} of {rows} rows"
 
 
 @iq_settings_with(
