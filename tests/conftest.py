@@ -18,6 +18,16 @@ from django.test import override_settings
 T = TypeVar("T")
 
 
+@pytest.fixture(autouse=True)
+def _no_leftover_processes() -> Iterator[None]:
+    """Every command a test started (tests/processes.py) is gone when it ends, failed or not:
+    a worker left running would take the next tests' entries."""
+    yield
+    from tests.processes import kill_leftovers
+
+    kill_leftovers()
+
+
 def wait_until(
     condition: Callable[[], object],
     timeout: float = 30.0,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, kill_leftovers
+from tests.processes import ROOT
 
 try:
     from playwright.sync_api import Browser, Page, sync_playwright
@@ -74,9 +74,3 @@ def page(browser: Browser, artifacts: Path) -> Iterator[Page]:
         yield page
     finally:
         context.close()
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_processes() -> Iterator[None]:
-    yield
-    kill_leftovers()

@@ -5,14 +5,12 @@ every scenario's figures at the end of the run."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.faults.harness import Verdict
 from tests.faults.report import render_table, write_docs
-from tests.processes import kill_leftovers
 
 VERDICTS: list[Verdict] = []
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
@@ -29,12 +27,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def verdicts() -> list[Verdict]:
     return VERDICTS
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_scenario() -> Iterator[None]:
-    yield
-    kill_leftovers()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

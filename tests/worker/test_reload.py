@@ -8,7 +8,6 @@ import signal
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,12 @@ from tests.processes import (
     Command,
     command_env,
     finish,
-    kill_leftovers,
     manage,
     start_command,
 )
 from tests.testapp.models import JobRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    kill_leftovers()
 
 
 JOBS = """
