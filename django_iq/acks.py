@@ -29,7 +29,6 @@ recovery then releases the lock counting the attempt.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -44,13 +43,14 @@ from django_iq import signals
 from django_iq.bounds import exception_class_name
 from django_iq.dbconn import SharedConnection, is_transient, refresh_connections, with_db_retry
 from django_iq.exceptions import JobNotRegistered, OutcomeNotStored
+from django_iq.logs import get_logger, run_fields
 from django_iq.managers import Claim, Success
 from django_iq.managers.outcome_records import not_kept, started_at
 from django_iq.models import Entry
 from django_iq.options import JobOptions
 from django_iq.registry import catalog, get_job
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # At most this many acknowledgements per transaction.
 ACK_BATCH_SIZE = 500
@@ -62,8 +62,16 @@ REFUSALS_RETRIED = 3
 def log_lock_lost(entry: Entry) -> None:
     """A success written after recovery had released the entry's lock (see ``complete``)."""
     logger.warning(
-        "lock lost entry=%s job=%s: recovery released it while it ran", entry.pk, entry.job_name
+        "lock lost entry=%s job=%s: recovery released it while it ran",
+        entry.pk,
+        entry.job_name,
+        extra=run_fields(entry, outcome="succeeded"),
     )
+
+
+def _fields(ack: Ack) -> dict[str, Any]:
+    """The structured fields of a record about a success being written (django_iq/logs.py)."""
+    return run_fields(ack.entry, outcome="succeeded", duration=ack.duration_seconds)
 
 
 @dataclass
@@ -259,17 +267,26 @@ class AckWriter:
         except Exception as exc:
             connections.close_all()
             if is_transient(exc):
-                logger.exception("could not write the success of entry=%s", ack.entry.pk)
+                logger.exception(
+                    "could not write the success of entry=%s",
+                    ack.entry.pk,
+                    extra=_fields(ack),
+                )
                 self._lose([ack])
             elif refused is None:
                 logger.exception(
                     "could not write the success of entry=%s; writing it without its return value",
                     ack.entry.pk,
+                    extra=_fields(ack),
                 )
                 why = f"the database refused it: {type(exc).__name__}: {exc}"
                 self._write_one(ack, replace(success, return_value=not_kept(why)), refused=exc)
             else:
-                logger.exception("could not write the success of entry=%s at all", ack.entry.pk)
+                logger.exception(
+                    "could not write the success of entry=%s at all",
+                    ack.entry.pk,
+                    extra=_fields(ack),
+                )
                 self._fail_attempt(ack, refused)
             return
         self.written += 1
@@ -327,7 +344,9 @@ class AckWriter:
                 if ack.claim is not None and self.on_lost:
                     self.on_lost(ack.claim, ack.entry)
             except Exception:  # the writer must go on: its other claims would hang
-                logger.exception("reporting a lost outcome failed entry=%s", ack.entry.pk)
+                logger.exception(
+                    "reporting a lost outcome failed entry=%s", ack.entry.pk, extra=_fields(ack)
+                )
             finally:
                 ack.done.set()
 
@@ -355,7 +374,9 @@ class AckWriter:
                 if ack.lock_id is not None and ack.claim is not None and self.on_settled:
                     self.on_settled(ack.claim)
             except Exception:  # the writer must go on: its other claims would hang
-                logger.exception("settling a claim failed entry=%s", ack.entry.pk)
+                logger.exception(
+                    "settling a claim failed entry=%s", ack.entry.pk, extra=_fields(ack)
+                )
             finally:
                 ack.done.set()
 

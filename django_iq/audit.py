@@ -13,7 +13,6 @@ API, an ``iq_*`` command). In the action's own transaction it writes:
 from __future__ import annotations
 
 import getpass
-import logging
 import os
 import socket
 from collections.abc import Sequence
@@ -24,12 +23,13 @@ from django.apps import apps
 from django.db.models import Model
 from django.http import HttpRequest
 
+from django_iq.logs import get_logger
 from django_iq.models import OperatorAction
 
 if TYPE_CHECKING:
     from django_iq.operations import ActionResult
 
-logger = logging.getLogger("django_iq.operations")
+logger = get_logger("django_iq.operations")
 
 # What an action did to an object, as Django's admin log says it.
 Effect = Literal["addition", "change", "deletion"]

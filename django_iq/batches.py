@@ -5,7 +5,6 @@ how, and docs/howto/workflows.md for the guarantees)."""
 from __future__ import annotations
 
 import inspect
-import logging
 from contextvars import Token
 from types import TracebackType
 from typing import Any
@@ -14,11 +13,12 @@ from django.db import DatabaseError
 
 from django_iq.appmodels import iq
 from django_iq.exceptions import InvalidJobArguments, InvalidJobOptions, NestedBatch
+from django_iq.logs import get_logger
 from django_iq.managers.batches import COUNT_ARGUMENTS, OpenBatch, open_batch
 from django_iq.registry import BoundJob, Job, catalog, get_job
 from django_iq.serialization import validate_arguments
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class Batch:

@@ -7,14 +7,14 @@ watchdog raises ``JobCancelled`` in a run going on (``Watchdog.request_cancel``)
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from django_iq.logs import get_logger
 from django_iq.models import Entry, GroupLock
 from django_iq.queries import CANCEL_PREFIX
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def cancel_payload_id(payload: str | None) -> int | None:

@@ -14,7 +14,6 @@ action run one on demand, through ``operations.compact``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -26,12 +25,13 @@ from django.utils import timezone
 
 from django_iq.exceptions import InvalidJobArguments, InvalidJobOptions, LeadershipLost
 from django_iq.group_keys import as_kwargs
+from django_iq.logs import get_logger
 from django_iq.managers.compaction import Compacted, Group
 from django_iq.models import Entry
 from django_iq.registry import Job, get_job, registered_jobs
 from django_iq.serialization import validate_arguments
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Bounds of one pass, so that it never holds the leader (or an operator's request) for long:
 # the oldest groups first, and the oldest entries of each; the rest wait for the next pass.

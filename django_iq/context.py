@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from django_iq import logs
 from django_iq.appmodels import iq
 from django_iq.states import OutcomeStatus
 
@@ -110,6 +111,10 @@ def current() -> JobContext | None:
     """The entry this code runs for, inside a job (a worker's run, or ``run_jobs`` in tests);
     None anywhere else."""
     return _running.get()
+
+
+# Log records carry the fields of the run their thread is in (django_iq/logs.py).
+logs.read_runs_with(current)
 
 
 def cancel_requested() -> bool:

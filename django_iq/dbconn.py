@@ -23,8 +23,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 
 from django_iq.conf import iq_settings
 from django_iq.exceptions import DatabaseUnavailable, MigrationsNotApplied
+from django_iq.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 T = TypeVar("T")
 
 DB_RETRY_ATTEMPTS = 6

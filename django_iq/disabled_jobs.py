@@ -6,16 +6,16 @@ interval, not one per entry."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
 from django.db import DatabaseError, router
 
 from django_iq.dbconn import close_idle_connections, refresh_connections
+from django_iq.logs import get_logger
 from django_iq.models import DisabledJob
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # How stale the set may be: a run may still start this long after its job was disabled.
 MAX_AGE_SECONDS = 0.2

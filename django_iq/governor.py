@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,8 +10,9 @@ from typing import Any, Protocol
 import psutil
 
 from django_iq.conf import iq_settings
+from django_iq.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class ResourceReader(Protocol):

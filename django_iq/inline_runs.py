@@ -15,7 +15,6 @@ every write it makes is rolled back with the test. A database error propagates t
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,12 +26,13 @@ from django.utils import timezone
 
 from django_iq.acks import ImmediateAckWriter
 from django_iq.exceptions import IQError
+from django_iq.logs import get_logger
 from django_iq.managers import Claim
 from django_iq.models import DisabledJob, Entry, EntryError, Queue
 from django_iq.processing import FAILED, RETRYING, SUCCEEDED, Processor, RunEnd
 from django_iq.registry import BoundJob, Job, autodiscover, get_job, registered_jobs
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Without a ``limit``, a call running more entries than this stops with ``TooManyRuns``: a job
 # that enqueues itself, or snoozes or retries without end, would otherwise never return.

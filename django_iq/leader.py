@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -18,13 +17,14 @@ from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections
 from django_iq.duties import Duty, default_duties
 from django_iq.exceptions import LeadershipLost
+from django_iq.logs import get_logger
 from django_iq.models import LeaderLease, Worker
 from django_iq.process import EXIT_OK, IQProcess, new_instance, process_name
 from django_iq.queries import bound_transaction
 from django_iq.registry import autodiscover
 from django_iq.stuck import SessionTracker
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # A duty that keeps failing is logged, with its traceback, at most this often: a pass runs
 # every LEADER_POLL_SECONDS, and one failure a pass would bury every other line.

@@ -13,7 +13,6 @@ entry it does not run stays in its queue for a worker.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
 
@@ -22,9 +21,10 @@ from django.db.models import Max
 
 from django_iq.conf import iq_settings
 from django_iq.inline_runs import is_running, run_jobs
+from django_iq.logs import get_logger
 from django_iq.models import Entry
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _local = threading.local()
 

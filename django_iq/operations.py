@@ -11,7 +11,6 @@ commands run with the rights of whoever can run ``manage.py``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +21,7 @@ from django.db import router, transaction
 from django_iq import audit, compaction
 from django_iq.audit import Actor
 from django_iq.exceptions import JobNotRegistered, QueueNotFound
+from django_iq.logs import get_logger
 from django_iq.models import (
     ApiToken,
     CronJob,
@@ -34,7 +34,7 @@ from django_iq.registry import catalog, get_job
 from django_iq.states import EntryState
 from django_iq.wording import plural
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Items named in a message; past this many, only their number is given.
 LISTED_ITEMS = 20

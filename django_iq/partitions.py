@@ -29,7 +29,6 @@ bounded deletes of ``RunOutcome.objects.prune``.
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -40,12 +39,13 @@ from django.db import connections, router
 from django.db.utils import OperationalError
 
 from django_iq.conf import iq_settings
+from django_iq.logs import get_logger
 from django_iq.models import RunOutcome
 
 if TYPE_CHECKING:
     from django_iq.duties.base import Fence
 
-logger = logging.getLogger("django_iq.pruning")
+logger = get_logger("django_iq.pruning")
 
 # How long a schema change on the outcome table waits for its lock before giving up until the
 # next pass: workers' inserts queued behind it wait no longer than this.

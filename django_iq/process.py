@@ -7,7 +7,6 @@ loop. A new kind of process starts here.
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 import signal
@@ -23,9 +22,10 @@ from django_iq.bounds import text_problem
 from django_iq.conf import host_name
 from django_iq.dbconn import apply_network_timeouts, refresh_connections, with_db_retry
 from django_iq.exceptions import InvalidProcessName
+from django_iq.logs import get_logger, set_process_name
 from django_iq.models import Worker
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 EXIT_OK = 0
 EXIT_ABANDONED = 1
@@ -134,6 +134,8 @@ class IQProcess:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # Every log record of this process carries the name (django_iq/logs.py).
+        set_process_name(name)
         # A database cut off without a reset (a partition) shows in bounded time.
         apply_network_timeouts()
         self.stopping = threading.Event()

@@ -29,6 +29,7 @@ from django_iq.exceptions import (
     RetryAfter,
     Snooze,
 )
+from django_iq.logs import get_logger, run_fields
 from django_iq.managers import Claim
 from django_iq.managers.series import ready_at
 from django_iq.models import Batch, Entry, EntryError, GroupLock
@@ -37,7 +38,7 @@ from django_iq.progress_reports import end_run
 from django_iq.registry import Job, catalog, get_job
 from django_iq.timeouts import Watch, Watchdog
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 T = TypeVar("T")
 
 
@@ -267,7 +268,13 @@ class Processor:
             if counted is not None:
                 entry.kwargs = counted
         signals.send(signals.entry_started, Entry, entry=entry, worker_name=self.worker_name)
-        logger.debug("started entry=%s job=%s queue=%s", entry.pk, entry.job_name, entry.queue_id)
+        logger.debug(
+            "started entry=%s job=%s queue=%s",
+            entry.pk,
+            entry.job_name,
+            entry.queue_id,
+            extra=self._fields(entry),
+        )
         # Last thing before the body: a connection the server ended while it sat idle is
         # replaced here, so the job's first query does not fail on the queue's account.
         refresh_connections()
@@ -321,6 +328,7 @@ class Processor:
                     "its attempt is left for recovery to count",
                     entry.pk,
                     entry.job_name,
+                    extra=self._fields(entry, started_at=started_at),
                 )
                 return FENCED
             end_run(held)
@@ -349,8 +357,32 @@ class Processor:
             claim=claim,
         )
         self.acks.put(ack)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "succeeded entry=%s job=%s queue=%s attempt=%s duration=%.3fs",
+                entry.pk,
+                entry.job_name,
+                entry.queue_id,
+                attempt,
+                ack.duration_seconds,
+                extra=self._fields(entry, SUCCEEDED, duration=ack.duration_seconds),
+            )
         self._ended(RunEnd(entry, attempt, SUCCEEDED, return_value=return_value))
         return ack
+
+    def _fields(
+        self,
+        entry: Entry,
+        outcome: str | None = None,
+        *,
+        started_at: datetime | None = None,
+        duration: float | None = None,
+    ) -> dict[str, Any]:
+        """The structured fields of a record about ``entry``'s run (django_iq/logs.py): its
+        duration is ``duration``, or the time since ``started_at``."""
+        if duration is None and started_at is not None:
+            duration = (timezone.now() - started_at).total_seconds()
+        return run_fields(entry, duration=duration, outcome=outcome, worker=self.worker_name)
 
     def _ended(self, run_end: RunEnd) -> None:
         if self.on_run_end is not None:
@@ -377,7 +409,12 @@ class Processor:
                 " s after JobCancelled was raised in it (blocked outside Python code), so it was "
                 "given up and its worker process exited at once, to be replaced."
             )
-            logger.error("cancelled run given up entry=%s job=%s", entry.pk, entry.job_name)
+            logger.error(
+                "cancelled run given up entry=%s job=%s",
+                entry.pk,
+                entry.job_name,
+                extra=self._fields(entry, CANCELLED, started_at=started_at),
+            )
             self._cancelled(
                 entry, claim.lock_id, [], started_at=started_at, exc=stuck, keep_lock=True
             )
@@ -391,7 +428,7 @@ class Processor:
             job: Job[Any, Any] | None = get_job(entry.job_name)
         except JobNotRegistered:
             job = None
-        self._log_failure(entry, exc, job, final=False)
+        self._log_failure(entry, exc, job, final=False, started_at=started_at)
         self._record_failure(entry, claim.lock_id, job, exc, started_at=started_at, keep_lock=True)
 
     def _failed(
@@ -407,7 +444,7 @@ class Processor:
     ) -> EntryError:
         """Log and record a failed attempt; return its error record."""
         attempt = entry.attempts + 1
-        self._log_failure(entry, exc, job, final=final)
+        self._log_failure(entry, exc, job, final=final, started_at=started_at)
         if lock_id is not None:
             # This failure gives the lock up: the claim's successes it covers are written first.
             self.acks.wait_for(written)
@@ -453,6 +490,7 @@ class Processor:
             entry.job_name,
             entry.queue_id,
             "before it started" if started_at is None else "while it ran",
+            extra=self._fields(entry, CANCELLED, started_at=started_at),
         )
         self._ended(RunEnd(entry, entry.attempts + 1, CANCELLED, exception=exc))
 
@@ -472,6 +510,7 @@ class Processor:
             entry.job_name,
             entry.queue_id,
             entry.expires_at.isoformat() if entry.expires_at else "",
+            extra=self._fields(entry, EXPIRED),
         )
         self._ended(RunEnd(entry, entry.attempts + 1, EXPIRED))
 
@@ -507,7 +546,13 @@ class Processor:
             "snooze",
         )
         if error is None:
-            logger.debug("snoozed entry=%s job=%s until=%s", entry.pk, entry.job_name, until)
+            logger.debug(
+                "snoozed entry=%s job=%s until=%s",
+                entry.pk,
+                entry.job_name,
+                until,
+                extra=self._fields(entry, SNOOZED, started_at=started_at),
+            )
             self._ended(RunEnd(entry, attempt, SNOOZED, exception=snooze))
             return None
         logger.error(
@@ -516,38 +561,54 @@ class Processor:
             entry.job_name,
             entry.queue_id,
             error.message,
+            extra=self._fields(entry, FAILED, started_at=started_at),
         )
         signals.send(signals.entry_failed, Entry, entry=entry, error=error, will_retry=False)
         self._ended(RunEnd(entry, attempt, FAILED, exception=snooze, error=error))
         return error
 
     def _log_failure(
-        self, entry: Entry, exc: BaseException, job: Job[Any, Any] | None, *, final: bool
+        self,
+        entry: Entry,
+        exc: BaseException,
+        job: Job[Any, Any] | None,
+        *,
+        final: bool,
+        started_at: datetime | None = None,
     ) -> None:
         """A failure that will be retried is a WARNING without traceback (the error record has
         it); the last attempt, or an unregistered job, is an ERROR with the traceback. Whatever
         the exception's own code does while it is logged, the failure is still recorded."""
         try:
-            self._log_failure_as_is(entry, exc, job, final=final)
+            self._log_failure_as_is(entry, exc, job, final=final, started_at=started_at)
         except BaseException:  # the exception's code ran in the logging: a line of our own
             logger.error(
                 "job raised entry=%s job=%s queue=%s: its exception could not be logged",
                 entry.pk,
                 entry.job_name,
                 entry.queue_id,
+                extra=self._fields(entry, started_at=started_at),
             )
 
     def _log_failure_as_is(
-        self, entry: Entry, exc: BaseException, job: Job[Any, Any] | None, *, final: bool
+        self,
+        entry: Entry,
+        exc: BaseException,
+        job: Job[Any, Any] | None,
+        *,
+        final: bool,
+        started_at: datetime | None,
     ) -> None:
         options = job.options if job is not None else JobOptions()
         will_retry = entry.attempts + 1 < entry.max_attempts and not final and options.retries(exc)
+        fields = self._fields(entry, RETRYING if will_retry else FAILED, started_at=started_at)
         if isinstance(exc, JobNotRegistered):
             logger.error(
                 "unregistered job entry=%s job=%s queue=%s",
                 entry.pk,
                 entry.job_name,
                 entry.queue_id,
+                extra=fields,
             )
         elif will_retry:
             logger.warning(
@@ -559,6 +620,7 @@ class Processor:
                 entry.max_attempts,
                 type(exc).__name__,
                 cut_message(exception_text(exc)),
+                extra=fields,
             )
         else:
             # The traceback as stored, cut like it: a megabyte message is not logged whole.
@@ -570,6 +632,7 @@ class Processor:
                 entry.attempts + 1,
                 entry.max_attempts,
                 format_failure(exc)[1].rstrip(),
+                extra=fields,
             )
 
     def _record_failure(
@@ -621,7 +684,11 @@ class Processor:
                 raise
             # The record itself was refused (its text, say): the attempt still counts, with
             # a record that says so in place of the text, never a run lost uncounted.
-            logger.exception("could not record the failure of entry=%s as it is", entry.pk)
+            logger.exception(
+                "could not record the failure of entry=%s as it is",
+                entry.pk,
+                extra=self._fields(entry, started_at=started_at),
+            )
             refresh_connections()
             error = fail(
                 f"<the failure could not be recorded as it is: {type(write_error).__name__}>",

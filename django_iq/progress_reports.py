@@ -24,7 +24,6 @@ never overwrites a newer one; no lock is held across a query that another thread
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import time
 from dataclasses import dataclass
@@ -39,12 +38,13 @@ from django_iq.bounds import text_problem
 from django_iq.conf import iq_settings
 from django_iq.context import HeldProgress, current, running_contexts
 from django_iq.exceptions import EntryNotFound, InvalidArgument, NotInJob
+from django_iq.logs import get_logger
 from django_iq.wording import duration
 
 if TYPE_CHECKING:
     from django_iq.models import Entry
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # The longest note a report may carry (the column's size).
 NOTE_MAX_CHARS = 200

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.conf import settings
@@ -10,9 +9,10 @@ from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
 from django_iq import oncommit, signals
+from django_iq.logs import get_logger
 from django_iq.models import ApiToken
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 @receiver(signals.entry_enqueued)

@@ -4,13 +4,14 @@ many more entries it may claim before it finishes the jobs in hand and exits to 
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
 import psutil
 
-logger = logging.getLogger("django_iq.worker")
+from django_iq.logs import get_logger
+
+logger = get_logger("django_iq.worker")
 
 # Claims left when no limit is set: more than any worker takes at once.
 UNLIMITED = 1 << 30

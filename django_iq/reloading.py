@@ -15,7 +15,6 @@ whose parent is gone (killed with SIGKILL) stops its worker the same way and exi
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import subprocess
@@ -26,11 +25,12 @@ from typing import Any
 
 from django.utils import autoreload
 
+from django_iq.logs import get_logger
 from django_iq.process import STOP_SIGNALS, watch_parent
 from django_iq.registry import autodiscover
 from django_iq.worker import WorkerProcess
 
-logger = logging.getLogger("django_iq.worker")
+logger = get_logger("django_iq.worker")
 
 # The child's exit status that asks the parent for a fresh child (Django's own convention).
 RELOAD_EXIT = 3

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,11 +17,12 @@ from django_iq.conf import iq_settings
 from django_iq.dbconn import refresh_connections
 from django_iq.governor import ResourceGovernor
 from django_iq.limited_claims import LimitedClaims
+from django_iq.logs import get_logger
 from django_iq.managers import Claim
 from django_iq.models import DisabledJob, Entry, Queue, Worker
 from django_iq.options import JobLimits
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # A queue's recorded usage halves every this many seconds, so fairness follows recent load.
 USAGE_HALF_LIFE_SECONDS = 30.0

@@ -6,12 +6,13 @@ that no receiver can undo an enqueue that committed or alter what happens to an 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.dispatch import Signal
 
-logger = logging.getLogger(__name__)
+from django_iq.logs import get_logger
+
+logger = get_logger(__name__)
 
 # Sent after an entry is inserted (args: entry).
 entry_enqueued = Signal()

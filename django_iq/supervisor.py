@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import os
 import signal
@@ -14,6 +13,7 @@ from typing import Any
 from django.db import connections
 
 from django_iq.conf import host_name
+from django_iq.logs import get_logger
 from django_iq.models import Worker
 from django_iq.process import (
     EXIT_ABANDONED,
@@ -30,7 +30,7 @@ from django_iq.process import (
 )
 from django_iq.worker import WorkerProcess
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class Supervisor(IQProcess):

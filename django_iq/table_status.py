@@ -9,7 +9,6 @@ table that cannot be read is reported as such and logged; the others are read st
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -22,6 +21,7 @@ from django.db.models import Min, Model, QuerySet
 from django.utils import timezone
 
 from django_iq.conf import iq_settings
+from django_iq.logs import get_logger
 from django_iq.models import (
     EntryError,
     JobMinute,
@@ -36,7 +36,7 @@ from django_iq.queries import table_size
 from django_iq.routers import APP_LABEL
 from django_iq.wording import byte_size, duration
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Added to every retention before a table counts as behind: pruning runs every
 # PRUNE_INTERVAL_SECONDS, so a record past its retention waits for the next pass, and a pass

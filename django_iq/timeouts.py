@@ -25,7 +25,6 @@ from __future__ import annotations
 import ctypes
 import heapq
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -34,8 +33,9 @@ from typing import Any
 
 from django_iq.context import context_of
 from django_iq.exceptions import JobCancelled, JobTimeout, WorkerFenced
+from django_iq.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)

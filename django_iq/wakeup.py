@@ -21,7 +21,6 @@ worker polls.
 
 from __future__ import annotations
 
-import logging
 import select
 import threading
 import time
@@ -31,10 +30,11 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from django_iq.conf import iq_settings
+from django_iq.logs import get_logger
 from django_iq.models import Entry
 from django_iq.queries import CANCEL_PREFIX, NOTIFY_CHANNEL, notify
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # How long one wait for notifications lasts before the stop flag is looked at again.
 LISTEN_TIMEOUT_SECONDS = 1.0

@@ -25,6 +25,7 @@ from django_iq.dbconn import (
 from django_iq.disabled_jobs import DisabledJobs
 from django_iq.fencing import fence_after_seconds, fence_grace_seconds, fence_leaves_margin
 from django_iq.governor import Decision, ResourceGovernor
+from django_iq.logs import get_logger
 from django_iq.managers import Claim
 from django_iq.models import Entry, GroupLock, JobLimit, Worker
 from django_iq.options import JobLimits
@@ -48,7 +49,7 @@ from django_iq.tally import Tally
 from django_iq.timeouts import Watch, Watchdog
 from django_iq.wakeup import Listener, Wakeups, listening_supported
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Job names a worker logs at INFO when it starts; all of them at DEBUG.
 LOGGED_JOB_NAMES = 10

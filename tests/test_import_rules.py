@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "group_keys",
             "indexes",
             "bounds",
+            "logs",
             "options",
             "permissions",
             "routers",

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
+from django_iq.logs import get_logger
 from django_iq.models import CronJob
 from django_iq.registry import catalog
 
 # Logged under the name operators configure: django_iq.cron.
-logger = logging.getLogger("django_iq.cron")
+logger = get_logger("django_iq.cron")
 
 
 @dataclass(frozen=True)

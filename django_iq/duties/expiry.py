@@ -3,15 +3,15 @@ whether or not a worker serves their queue."""
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
+from django_iq.logs import get_logger
 from django_iq.models import Entry
 from django_iq.registry import catalog
 
-logger = logging.getLogger("django_iq.leader")
+logger = get_logger("django_iq.leader")
 
 # Entries ended per transaction; a pass goes on while whole batches come back.
 BATCH = 1000

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
+from django_iq.logs import get_logger
 from django_iq.models import Entry
 
 # Promotion logs with the cron duty, as it always has.
-logger = logging.getLogger("django_iq.cron")
+logger = get_logger("django_iq.cron")
 
 
 class PromotionDuty:

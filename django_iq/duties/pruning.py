@@ -3,7 +3,6 @@ audit records, unique keys whose window has passed and finished batches, in boun
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -11,6 +10,7 @@ from datetime import datetime, timedelta
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
+from django_iq.logs import get_logger
 from django_iq.models import (
     ApiToken,
     Batch,
@@ -29,7 +29,7 @@ from django_iq.options import MAX_RATE_PERIOD_SECONDS
 from django_iq.partitions import PartitionPass, is_partitioned, maintain
 
 # Logged under the name operators configure: django_iq.pruning.
-logger = logging.getLogger("django_iq.pruning")
+logger = get_logger("django_iq.pruning")
 
 # Batches per pass and table, so one pass never holds the leader for long.
 MAX_BATCHES_PER_PASS = 10

@@ -11,18 +11,18 @@ a lock recovery releases was taken before its worker went silent for the whole s
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
 from django_iq.exceptions import LeadershipLost
+from django_iq.logs import get_logger
 from django_iq.models import Entry, GroupLock, Worker
 from django_iq.registry import catalog
 
 # Logged under the name operators configure: django_iq.recovery.
-logger = logging.getLogger("django_iq.recovery")
+logger = get_logger("django_iq.recovery")
 
 
 @dataclass

@@ -5,14 +5,14 @@ finds it there)."""
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from django_iq.duties.base import Fence
+from django_iq.logs import get_logger
 from django_iq.managers.queue_metrics import minute_of
 from django_iq.models import Queue, QueueDepthMinute
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Often enough to sample every minute whatever the leader's pace; a pass in an already sampled
 # minute costs nothing (no query).

@@ -12,7 +12,6 @@ it never has to. Other databases clean up as they go and are left alone.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -20,10 +19,11 @@ from django.db import router
 
 from django_iq.conf import iq_settings
 from django_iq.duties.base import Fence
+from django_iq.logs import get_logger
 from django_iq.models import Entry, GroupLock, RunOutcome, Worker
 from django_iq.queries import dead_rows, vacuum
 
-logger = logging.getLogger("django_iq.vacuum")
+logger = get_logger("django_iq.vacuum")
 
 HOT_MODELS = (Entry, GroupLock, Worker, RunOutcome)
 

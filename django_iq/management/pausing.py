@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from django_iq import operations
+from django_iq.logs import get_logger
 from django_iq.management.output import unknown_queue_message
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class PauseCommand(BaseCommand):

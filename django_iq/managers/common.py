@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 from django.db import connections, models, transaction
 
 from django_iq.dbconn import is_lock_conflict, with_db_retry
+from django_iq.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 T = TypeVar("T")
 
 # Runs of a transaction that keeps losing lock conflicts before the error reaches the caller.

@@ -3,7 +3,6 @@ comes), operators' edits, run now."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +17,7 @@ from django_iq.appmodels import iq
 from django_iq.bounds import END_REASON_MAX_CHARS
 from django_iq.conf import iq_settings
 from django_iq.exceptions import InvalidJobArguments, InvalidSchedule, JobNotRegistered
+from django_iq.logs import get_logger
 from django_iq.options import JobCatalog
 from django_iq.schedule import (
     every_seconds_of,
@@ -44,7 +44,7 @@ DECLARED_REFUSED = "DJANGO_IQ['CRON'] declares it with a schedule that cannot be
 AFRESH = {"next_run_at": None, "fired_at": None, "ended_at": None, "end_reason": ""}
 
 # Logged under the name operators configure for cron: django_iq.cron.
-logger = logging.getLogger("django_iq.cron")
+logger = get_logger("django_iq.cron")
 
 
 def next_run_of(cron_job: CronJob, after: datetime) -> datetime | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import signal
@@ -778,3 +779,12 @@ def reports_and_returns(reports: int) -> int:
     for done in range(1, reports + 1):
         set_progress(done, reports)
     return reports
+
+
+@job(max_attempts=2, backoff_base_seconds=0)
+def logs_a_line(note: str, fail: bool = False) -> str:
+    """Log a line of its own (a logger of the project's, not django_iq's), then fail if told."""
+    logging.getLogger("shop.payments").info("charging note=%s", note)
+    if fail:
+        raise ValueError(f"card declined: {note}")
+    return note
