@@ -129,6 +129,9 @@ SETTINGS: dict[str, Setting] = {
     # A queue raises an alarm when entries have awaited compute this long and no live worker
     # serves it, or nothing started in it for as long (per queue: alert_waiting_seconds).
     "ALERT_WAITING_SECONDS": Setting(300, (int,), 1, 365 * 86_400, env=True),
+    # The autoscaling signal: the processing threads the waiting work needs to be done within
+    # this many seconds (django_iq/autoscale.py).
+    "AUTOSCALE_TARGET_SECONDS": Setting(60.0, (int, float), 1, 86_400, env=True),
     # Bearer token letting Prometheus scrape the metrics without a user; None: staff with
     # view_queue only (signed in, or with an API token).
     "METRICS_TOKEN": Setting(None, (str, type(None))),

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_safe
 
 from django_iq import permissions, token_auth
 from django_iq.alarms import NO_LEADER, QUEUE_REASONS, UNSERVED_JOB
+from django_iq.autoscale import Demand, read_demand
 from django_iq.conf import iq_settings
 from django_iq.managers.jobstats import QUANTILES, JobStats
 from django_iq.managers.queue_metrics import BUCKET_FIELDS, DURATION_BUCKETS_SECONDS
@@ -60,16 +61,20 @@ class Scrape:
     totals: dict[str, QueueTotal] = field(default_factory=dict)
     # Each job with runs that ended in the last hour.
     jobs: list[JobStats] = field(default_factory=list)
+    # The threads the pending work needs (None in ``describe()``).
+    demand: Demand | None = None
 
 
 def read_scrape(now: datetime) -> Scrape:
     """Read every metric at ``now`` in a fixed number of queries (the snapshot's fourteen, jobs
-    no live worker serves included, one for the totals and one for the last hour per job),
-    whatever the number of queues, entries, jobs or workers."""
+    no live worker serves included, one for the totals, one for the last hour per job and two
+    for the autoscaling signal), whatever the number of queues, entries, jobs or workers."""
+    jobs = JobMinute.objects.last_hour(now)
     return Scrape(
         snapshot=read_snapshot(now, unserved_jobs=True),
         totals=QueueTotal.objects.by_queue(),
-        jobs=JobMinute.objects.last_hour(now),
+        jobs=jobs,
+        demand=read_demand(now, jobs),
     )
 
 
@@ -243,6 +248,7 @@ def _families(scrape: Scrape) -> Iterator[Metric]:
     yield unserved
     yield unserved_oldest
     yield from _job_families(scrape.jobs)
+    yield from _autoscale_families(scrape.demand)
 
 
 def _job_families(jobs: list[JobStats]) -> Iterator[Metric]:
@@ -262,6 +268,36 @@ def _job_families(jobs: list[JobStats]) -> Iterator[Metric]:
     yield runs
     yield failures
     yield durations
+
+
+def _autoscale_families(demand: Demand | None) -> Iterator[Metric]:
+    """The autoscaling signal (django_iq/autoscale.py): per queue, the threads its pending
+    entries need and their run time; the target they are measured against."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    needed = GaugeMetricFamily(
+        "django_iq_threads_needed",
+        "Processing threads that would run a queue's pending entries within "
+        "AUTOSCALE_TARGET_SECONDS, each at its job's mean duration over the last hour; sum "
+        "them and divide by a worker's threads for the workers to run.",
+        labels=["queue"],
+    )
+    backlog = GaugeMetricFamily(
+        "django_iq_backlog_seconds",
+        "The run time of a queue's pending entries, each at its job's mean duration over the "
+        "last hour.",
+        labels=["queue"],
+    )
+    for queue in demand.queues if demand is not None else ():
+        needed.add_metric([queue.queue], queue.threads_needed)
+        backlog.add_metric([queue.queue], queue.backlog_seconds)
+    yield needed
+    yield backlog
+    yield GaugeMetricFamily(
+        "django_iq_autoscale_target_seconds",
+        "AUTOSCALE_TARGET_SECONDS: the time django_iq_threads_needed drains the backlog in.",
+        value=demand.target_seconds if demand is not None else 0.0,
+    )
 
 
 def refusal(request: HttpRequest) -> HttpResponse | None:

@@ -80,6 +80,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "api",
             "apps",
             "audit",
+            "autoscale",
             "backends",
             "token_auth",
             "checks",

@@ -183,6 +183,19 @@ OPERATIONS: tuple[Operation, ...] = (
         permissions=permissions.QUEUES,
     ),
     Operation(
+        "/autoscale/",
+        "get",
+        "getAutoscale",
+        "The autoscaling signal",
+        {200: ("The threads the pending entries need, per queue and in all.", "Autoscale")},
+        "Per queue, the pending entries (due to run), their run time at each job's mean "
+        "duration over the last hour, and the processing threads that would run them within "
+        "AUTOSCALE_TARGET_SECONDS (a job's share at most its max_concurrency); threads_needed "
+        "is their sum, for an autoscaler to divide by the threads one worker runs "
+        "(docs/howto/autoscaling.md).",
+        permissions=permissions.QUEUES,
+    ),
+    Operation(
         "/jobs/stats/",
         "get",
         "getJobStats",

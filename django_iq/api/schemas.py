@@ -323,6 +323,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             },
             "p50_seconds": {"type": "number", "minimum": 0},
             "p95_seconds": {"type": "number", "minimum": 0},
+            "mean_seconds": {
+                "type": "number",
+                "minimum": 0,
+                "description": "The mean duration, each run counted at its bucket's duration.",
+            },
         }
     ),
     "JobStatsList": closed_object(
@@ -333,6 +338,44 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         }
     ),
     "QueueList": closed_object({"queues": {"type": "array", "items": ref("Queue")}}),
+    "QueueDemand": closed_object(
+        {
+            "queue": {"type": "string"},
+            "pending": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Entries due to run: awaiting compute, or claimed and running.",
+            },
+            "backlog_seconds": {
+                "type": "number",
+                "minimum": 0,
+                "description": "The pending entries' run time, each at its job's mean duration "
+                "over the last hour.",
+            },
+            "threads_needed": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Processing threads that do the backlog within target_seconds.",
+            },
+        }
+    ),
+    "Autoscale": closed_object(
+        {
+            "generated_at": DATE_TIME,
+            "target_seconds": {"type": "number", "exclusiveMinimum": 0},
+            "threads_needed": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The sum over the queues: the number to scale workers by.",
+            },
+            "threads_live": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Processing threads of the live workers now.",
+            },
+            "queues": {"type": "array", "items": ref("QueueDemand")},
+        }
+    ),
     "Worker": closed_object(
         {
             "name": {"type": "string"},

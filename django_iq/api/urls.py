@@ -23,6 +23,7 @@ urlpatterns = [
     *route("entries/count/", views.entry_count, "entry-count"),
     *route("entries/cancel/", views.entry_cancel, "entry-cancel"),
     *route("entries/<int:entry_id>/", views.entry, "entry"),
+    *route("autoscale/", views.autoscale, "autoscale"),
     *route("errors/", views.error_list, "error-list"),
     *route("errors/requeue/", views.error_requeue, "error-requeue"),
     *route("errors/<int:error_id>/", views.error, "error"),

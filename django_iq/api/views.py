@@ -50,6 +50,7 @@ from django_iq.api.serializers import (
     queue_dict,
 )
 from django_iq.audit import Actor
+from django_iq.autoscale import read_demand
 from django_iq.managers.entry_states import lock_held, lock_held_by_live_worker
 from django_iq.managers.jobstats import window_start
 from django_iq.models import (
@@ -308,6 +309,13 @@ def queue_list(request: HttpRequest) -> HttpResponseBase:
             ]
         }
     )
+
+
+@endpoint(GET=permissions.QUEUES)
+def autoscale(request: HttpRequest) -> HttpResponseBase:
+    """The processing threads the pending entries need (django_iq/autoscale.py)."""
+    parse_query(request.GET, ())
+    return JsonResponse(read_demand(timezone.now()).as_dict())
 
 
 @endpoint(GET=permissions.JOB_STATS)

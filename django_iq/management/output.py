@@ -12,6 +12,7 @@ from datetime import datetime
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from django_iq.autoscale import Demand
 from django_iq.models import Queue
 from django_iq.registry import declared_queues
 from django_iq.snapshot import ServerSessions, Snapshot
@@ -197,6 +198,22 @@ def render_tables(tables: Sequence[TableStatus]) -> str:
     lines.extend(
         f"  unreadable: {table.table}: {table.error}" for table in tables if table.error is not None
     )
+    return "\n".join(lines)
+
+
+def render_demand(demand: Demand) -> str:
+    """The ``Autoscaling`` section of ``iq_status``: the threads the pending entries need
+    within the target, in all and per queue with pending entries."""
+    lines = [
+        f"Autoscaling: {demand.threads_needed} processing threads needed to run the pending "
+        f"entries within {demand.target_seconds:g} s ({demand.threads_live} live)"
+    ]
+    if demand.queues:
+        rows = [
+            [queue.queue, queue.pending, f"{queue.backlog_seconds:.1f}", queue.threads_needed]
+            for queue in demand.queues
+        ]
+        lines.append(render_table(["QUEUE", ">PENDING", ">BACKLOG S", ">THREADS NEEDED"], rows))
     return "\n".join(lines)
 
 

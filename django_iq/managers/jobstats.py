@@ -74,6 +74,14 @@ def quantile(counts: dict[int, int], q: float) -> float | None:
     raise AssertionError("unreachable: the rank is at most the total")
 
 
+def mean(counts: dict[int, int]) -> float | None:
+    """The mean duration of the runs counted per bucket in ``counts``; None without runs."""
+    runs = sum(counts.values())
+    if not runs:
+        return None
+    return sum(bucket_seconds(bucket) * n for bucket, n in counts.items()) / runs
+
+
 @dataclass
 class JobTally:
     """Runs of one job that ended in one minute and duration bucket since a worker's last flush,
@@ -93,6 +101,8 @@ class JobStats:
     failed: int
     p50_seconds: float | None
     p95_seconds: float | None
+    # The mean duration, from the same buckets (each run counted at its bucket's duration).
+    mean_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +111,7 @@ class JobStats:
             "failed": self.failed,
             "p50_seconds": self.p50_seconds,
             "p95_seconds": self.p95_seconds,
+            "mean_seconds": self.mean_seconds,
         }
 
 
@@ -152,6 +163,7 @@ class JobMinuteManager(models.Manager["JobMinute"]):
                 failed=failed[job],
                 p50_seconds=quantile(counts, QUANTILES[0]),
                 p95_seconds=quantile(counts, QUANTILES[1]),
+                mean_seconds=mean(counts),
             )
             for job, counts in sorted(buckets.items())
             if sum(counts.values())

@@ -212,6 +212,11 @@ class WorkerManager(models.Manager["Worker"]):
         rows = self.live().filter(role="worker").values_list("queues", flat=True)
         return [list(names or []) for names in rows]
 
+    def live_processing_threads(self) -> int:
+        """The processing threads of the live worker processes (leaders left out)."""
+        threads = self.live().filter(role="worker").aggregate(n=models.Sum("processing_threads"))
+        return int(threads["n"] or 0)
+
     def live_sessions(self) -> list[list[Any]]:
         """The database sessions each live process last reported (``sessions``)."""
         return [list(found or []) for found in self.live().values_list("sessions", flat=True)]

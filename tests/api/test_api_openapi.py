@@ -241,6 +241,7 @@ def test_every_answer_matches_its_documented_schema(doc: dict[str, Any]) -> None
     get("/queues/")
     JobMinute.objects.create(job_name="shop.jobs.invoice", minute=timezone.now(), bucket=9, runs=3)
     get("/jobs/stats/")
+    get("/autoscale/")
     WorkerFactory(sessions=[[101, 1.5], [102, 1.5]])
     WorkerFactory(name="web:1:ab:leader", role="leader", stopped_at=timezone.now())
     listed = get("/workers/", include_stopped="true")

@@ -129,6 +129,7 @@ def test_status_json_keys_are_stable() -> None:
 
     assert sorted(document) == [
         "alarms",
+        "autoscale",
         "generated_at",
         "healthy",
         "invariant_holds",

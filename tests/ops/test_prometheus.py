@@ -223,6 +223,9 @@ def test_response_is_the_text_format_and_never_cached(staff_client: Client) -> N
         "django_iq_job_runs_last_hour": "gauge",
         "django_iq_job_failures_last_hour": "gauge",
         "django_iq_job_duration_last_hour_seconds": "gauge",
+        "django_iq_threads_needed": "gauge",
+        "django_iq_backlog_seconds": "gauge",
+        "django_iq_autoscale_target_seconds": "gauge",
         # A database server's sessions against its limit (SQLite has none).
         **(
             {"django_iq_database_max_connections": "gauge", "django_iq_database_sessions": "gauge"}
@@ -385,7 +388,7 @@ SERVER_SESSION_QUERIES = {"sqlite": 0, "postgresql": 2, "mysql": 2}
 
 
 @pytest.mark.django_db
-def test_a_scrape_takes_sixteen_queries_whatever_the_data(
+def test_a_scrape_takes_eighteen_queries_whatever_the_data(
     django_assert_num_queries: Any,
 ) -> None:
     for index in range(5):
@@ -396,9 +399,9 @@ def test_a_scrape_takes_sixteen_queries_whatever_the_data(
     WorkerFactory.create_batch(4)
 
     # The operator snapshot's twelve, the jobs no live worker serves (two), the lifetime
-    # totals and the last hour per job; on a database server, its sessions and those the
-    # live processes report.
-    with django_assert_num_queries(16 + SERVER_SESSION_QUERIES[connection.vendor]):
+    # totals, the last hour per job, and the autoscaling signal's pending entries and live
+    # threads; on a database server, its sessions and those the live processes report.
+    with django_assert_num_queries(18 + SERVER_SESSION_QUERIES[connection.vendor]):
         scrape = read_scrape(timezone.now())
 
     assert len(scrape.snapshot.queues) == 5

@@ -15,14 +15,17 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 
+from django_iq.autoscale import Demand, read_demand
 from django_iq.management.argtypes import seconds
 from django_iq.management.output import (
     refuse_unknown_queues,
+    render_demand,
     render_tables,
     render_text,
     split_names,
@@ -104,7 +107,11 @@ class Command(BaseCommand):
         if interval is None:
             status = self._read(queues)
             report = self._render(
-                status, read_table_status(status.now), as_json=options["json"], indent=2
+                status,
+                read_table_status(status.now),
+                self._demand(status, queues),
+                as_json=options["json"],
+                indent=2,
             )
             self.stdout.write(report)
             if options["check"] and not status.is_healthy:
@@ -129,7 +136,13 @@ class Command(BaseCommand):
                     if time.monotonic() - tables_read >= TABLES_REFRESH_SECONDS:
                         tables, tables_read = read_table_status(status.now), time.monotonic()
                     # JSON: one document per line, so a consumer can read line by line.
-                    report = self._render(status, tables, as_json=options["json"], indent=None)
+                    report = self._render(
+                        status,
+                        tables,
+                        self._demand(status, queues),
+                        as_json=options["json"],
+                        indent=None,
+                    )
                     if clear:
                         report = CLEAR_SCREEN + report
                     elif printed and not options["json"]:
@@ -148,10 +161,26 @@ class Command(BaseCommand):
             queues=queues, worker_limit=None, include_stopped=False, unserved_jobs=True
         )
 
+    def _demand(self, status: Snapshot, queues: list[str] | None) -> Demand:
+        """The autoscaling signal, of ``queues`` only when given."""
+        demand = read_demand(status.now)
+        if queues is None:
+            return demand
+        return replace(demand, queues=tuple(q for q in demand.queues if q.queue in queues))
+
     def _render(
-        self, status: Snapshot, tables: list[TableStatus], *, as_json: bool, indent: int | None
+        self,
+        status: Snapshot,
+        tables: list[TableStatus],
+        demand: Demand,
+        *,
+        as_json: bool,
+        indent: int | None,
     ) -> str:
         if as_json:
-            document = status.as_dict() | {"tables": [table.as_dict() for table in tables]}
+            document = status.as_dict() | {
+                "tables": [table.as_dict() for table in tables],
+                "autoscale": demand.as_dict(),
+            }
             return json.dumps(document, cls=DjangoJSONEncoder, indent=indent)
-        return render_text(status) + "\n\n" + render_tables(tables)
+        return "\n\n".join([render_text(status), render_demand(demand), render_tables(tables)])
