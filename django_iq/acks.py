@@ -332,7 +332,12 @@ class AckWriter:
             self._lose([ack])
             return
         signals.send(
-            signals.entry_failed, Entry, entry=entry, error=error, will_retry=not error.is_final
+            signals.entry_failed,
+            Entry,
+            entry=entry,
+            error=error,
+            will_retry=not error.is_final,
+            exception=refused,
         )
         self.settle([ack], written=False)
 

@@ -563,7 +563,14 @@ class Processor:
             error.message,
             extra=self._fields(entry, FAILED, started_at=started_at),
         )
-        signals.send(signals.entry_failed, Entry, entry=entry, error=error, will_retry=False)
+        signals.send(
+            signals.entry_failed,
+            Entry,
+            entry=entry,
+            error=error,
+            will_retry=False,
+            exception=snooze,
+        )
         self._ended(RunEnd(entry, attempt, FAILED, exception=snooze, error=error))
         return error
 
@@ -695,6 +702,11 @@ class Processor:
                 "",
             )
         signals.send(
-            signals.entry_failed, Entry, entry=entry, error=error, will_retry=not error.is_final
+            signals.entry_failed,
+            Entry,
+            entry=entry,
+            error=error,
+            will_retry=not error.is_final,
+            exception=exc,
         )
         return error

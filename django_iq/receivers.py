@@ -9,7 +9,7 @@ from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
 from django_iq import oncommit, signals
-from django_iq.logs import get_logger
+from django_iq.logs import get_logger, run_fields
 from django_iq.models import ApiToken
 
 logger = get_logger(__name__)
@@ -51,6 +51,9 @@ def log_failed(sender: Any, entry: Any, error: Any, will_retry: bool, **kwargs: 
         entry.max_attempts,
         "yes" if will_retry else "no",
         error.exception_class,
+        extra=run_fields(
+            entry, attempt=error.attempt, outcome="retrying" if will_retry else "failed"
+        ),
     )
 
 

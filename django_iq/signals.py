@@ -23,7 +23,8 @@ entry_finished = Signal()
 # Sent once per batch of successes written together, before entry_finished for each of them
 # (args: entries, worker_name): for receivers that read something per entry in one query.
 entries_finished = Signal()
-# Sent after a failed attempt was recorded (args: entry, error, will_retry).
+# Sent after a failed attempt was recorded (args: entry, error, will_retry, exception: what
+# the job raised, or the database's refusal of its success).
 entry_failed = Signal()
 
 

@@ -84,6 +84,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "backends",
             "token_auth",
             "checks",
+            "contrib",
             "dashboard",
             "health",
             "management",

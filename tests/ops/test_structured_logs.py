@@ -57,11 +57,17 @@ def test_a_workers_json_lines_carry_the_fields_of_the_runs_they_are_about() -> N
     assert {line["job"] for line in charged} == {logs_a_line.name}
     assert {line["queue"] for line in charged} == {"default"}
 
-    # django_iq's lines about how each run ended: outcome, attempt and duration.
+    # The worker's lines about how each run ended: outcome, attempt and duration.
     ended = {
         (line["entry_id"], line["attempt"]): line
         for line in lines
-        if line["logger"].startswith("django_iq") and line["outcome"]
+        if line["logger"] == "django_iq.processing" and line["outcome"]
+    }
+    # The failed signal's own line (INFO) carries the attempt's outcome too.
+    failed = [line for line in lines if line["logger"] == "django_iq.receivers"]
+    assert {(line["attempt"], line["outcome"]) for line in failed} >= {
+        (1, "retrying"),
+        (2, "failed"),
     }
     assert ended[(paid.pk, 1)]["outcome"] == "succeeded"
     assert ended[(paid.pk, 1)]["level"] == "DEBUG"
