@@ -167,6 +167,9 @@ class Entry(models.Model):
     progress_total = models.FloatField(null=True, blank=True)
     progress_note = models.CharField(max_length=200, blank=True, default="", db_default="")
     progress_at = models.DateTimeField(null=True, blank=True)
+    # The trace context of the code that enqueued it (W3C ``traceparent``), stored only while a
+    # tracer is installed and a trace is active (django_iq/tracing.py): its runs join that trace.
+    traceparent = models.CharField(max_length=55, null=True, blank=True)  # noqa: DJ001
 
     # Set on an entry that ``enqueue()`` returned instead of writing a new one (unique jobs).
     is_duplicate = False

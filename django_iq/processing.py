@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError
 from django.utils import timezone
 
-from django_iq import signals
+from django_iq import signals, tracing
 from django_iq.acks import Ack, AckWriter
 from django_iq.bounds import cut_message, exception_class_name, exception_text, format_failure
 from django_iq.conf import iq_settings
@@ -299,7 +299,8 @@ class Processor:
             try:
                 if watchdog is not None and watch is not None:
                     watchdog.arm(watch)
-                return_value = job.invoke(entry, self.worker_name, timeout, claim.lock_id, held)
+                with tracing.running(entry, attempt, self.worker_name):
+                    return_value = job.invoke(entry, self.worker_name, timeout, claim.lock_id, held)
             finally:
                 # From here no JobTimeout is raised in this thread (see timeouts.py); the one
                 # already raised may still surface here, once, and is handled below.

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "states",
             "tasks_compat",
             "tasks_options",
+            "tracing",
             "wording",
         ),
     ),

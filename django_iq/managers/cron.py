@@ -12,7 +12,7 @@ from django.db import IntegrityError, models, router, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from django_iq import signals
+from django_iq import signals, tracing
 from django_iq.appmodels import iq
 from django_iq.bounds import END_REASON_MAX_CHARS
 from django_iq.conf import iq_settings
@@ -344,13 +344,17 @@ class CronJobManager(models.Manager["CronJob"]):
             concurrency_key=limit_keys[0],
             rate_limit_key=limit_keys[1],
         )
-        try:
-            with transaction.atomic(using=router.db_for_write(iq.Entry)):
-                if one_off and not self._mark_fired(cron_job, now):
-                    return None
-                entry.save(force_insert=True)
-        except IntegrityError:
-            return None  # it already has its entry: the unique cron_job column says so
+        # Traced as an enqueue of the leader's: the entry's runs join the trace it starts.
+        with tracing.enqueueing(cron_job.job_name, str(cron_job.queue_id), 1) as sending:
+            entry.traceparent = sending.traceparent
+            try:
+                with transaction.atomic(using=router.db_for_write(iq.Entry)):
+                    if one_off and not self._mark_fired(cron_job, now):
+                        return None
+                    entry.save(force_insert=True)
+            except IntegrityError:
+                return None  # it already has its entry: the unique cron_job column says so
+            sending.sent([entry])
         if not one_off:
             self.filter(pk=cron_job.pk).update(next_run_at=run_at)
         signals.send(signals.entry_enqueued, iq.Entry, entry=entry)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import router, transaction
 from django.utils import timezone
 
-from django_iq import signals
+from django_iq import signals, tracing
 from django_iq.appmodels import iq
 from django_iq.bounds import resolve_run_at
 from django_iq.dbconn import reachable
@@ -97,6 +97,25 @@ def enqueue_many(
         entry.concurrency_key, entry.rate_limit_key = concurrency_key, rate_limit_key
     if not entries:
         return []
+    with tracing.enqueueing(job_name, options.queue_name, len(entries)) as sending:
+        if sending.traceparent is not None:
+            for entry in entries:
+                entry.traceparent = sending.traceparent
+        entries = _insert(manager, db, job_name, options, entries, jobs)
+        sending.sent(entries)
+    return entries
+
+
+def _insert(
+    manager: EntryManager,
+    db: str,
+    job_name: str,
+    options: JobOptions,
+    entries: list[Entry],
+    jobs: JobCatalog | None,
+) -> list[Entry]:
+    """Write ``entries`` (built and checked) by the path that fits them; the entries returned
+    (a unique job's duplicates among them)."""
     batch = _batch_of(db, entries)
     join = partial(iq.Batch.objects.add_members, batch) if batch is not None else None
     if any(entry.unique_key is not None for entry in entries):
@@ -167,6 +186,9 @@ def enqueue_blocked(
     if jobs is not None:
         entry.concurrency_key, entry.rate_limit_key = jobs.limit_keys_of(job_name, args, checked)
     entry.state, entry.blockers = EntryState.BLOCKED, 1
-    insert_with_orm(db, job_name, options.queue_name, [entry], jobs)
+    with tracing.enqueueing(job_name, options.queue_name, 1) as sending:
+        entry.traceparent = sending.traceparent
+        insert_with_orm(db, job_name, options.queue_name, [entry], jobs)
+        sending.sent([entry])
     signals.send(signals.entry_enqueued, manager.model, entry=entry)
     return entry
