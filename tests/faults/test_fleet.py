@@ -1,7 +1,9 @@
 """A fleet on one PostgreSQL: 48 worker processes of one thread each, under four supervisors
 with four host names (``runworker --processes 12 --threads 1``, as four hosts would run them),
-and a leader, on a cluster of the suite's own, drain 20,000 entries that mix group keys, a
-cluster-wide cap, a per-node cap and a rate limit.
+and a leader, on a cluster of the suite's own, drain 4,000 entries that mix group keys, a
+cluster-wide cap, a per-node cap and a rate limit. (How fast a fleet drains is measured by
+benchmarks/fleet.py; this test judges what the fleet does, at the size where its sessions,
+caps and claims meet.)
 
 Judged only by what the jobs recorded (one row per run, with its start and end times, its
 process and its host): every entry ran exactly once, no group ran twice at once, no job ran
@@ -37,16 +39,16 @@ pytestmark = pytest.mark.postgresql
 
 HOSTS = 4
 PER_HOST = 12
-ENTRIES = 20_000
+ENTRIES = 4_000
 # A claim counts as a start, and its entry starts as soon as the worker hands it over: allow
 # that hand-over when judging starts by the times the jobs recorded.
 HAND_OVER_SECONDS = 0.05
 # (job, entries, of them in groups of ten, seconds each run takes)
 MIX = [
-    (fleet_jobs.fleet_free, 17_000, 5_000, 0.0),
-    (fleet_jobs.fleet_capped, 1_000, 300, 0.01),
-    (fleet_jobs.fleet_per_node, 1_000, 300, 0.01),
-    (fleet_jobs.fleet_rated, 1_000, 300, 0.0),
+    (fleet_jobs.fleet_free, 3_400, 1_000, 0.0),
+    (fleet_jobs.fleet_capped, 200, 60, 0.01),
+    (fleet_jobs.fleet_per_node, 200, 60, 0.01),
+    (fleet_jobs.fleet_rated, 200, 60, 0.0),
 ]
 
 
@@ -115,7 +117,8 @@ def test_48_worker_processes_drain_a_mixed_queue(
     leader = start_leader(env=command_env(**env))
     began = time.time()
     try:
-        most_sessions = drain(timeout=300)
+        # Bounded for a loaded two-core machine: 48 processes share its two cores.
+        most_sessions = drain(timeout=480)
         drained = time.time() - began
         assert all(s.poll() is None for s in [*supervisors, leader]), "no process exited"
     finally:
