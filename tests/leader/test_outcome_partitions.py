@@ -22,7 +22,7 @@ from django_iq.duties import PruningDuty
 from django_iq.leader import Leader
 from django_iq.models import RunOutcome
 from django_iq.worker import WorkerProcess
-from tests.conftest import held_in_another_session, iq_settings_with
+from tests.conftest import held_in_another_session, iq_settings_with, wait_until
 from tests.testapp.jobs import record
 
 pytestmark = [
@@ -193,7 +193,8 @@ def test_a_reader_never_misses_the_rows_moved_into_a_new_partition() -> None:
         reader.start()
         assert moving.wait(10)
         result = leader_pass(hour + timedelta(minutes=2))
-        time.sleep(0.05)
+        counted = len(seen)
+        wait_until(lambda n=counted: len(seen) > n + 2, message="statements read after the move")
         stop.set()
         reader.join(30)
         assert result.moved == rows, round_
