@@ -3,10 +3,15 @@ and only runs in flight on a killed or frozen process are excused."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from tests.conftest import wait_until
 from tests.factories import EntryFactory
-from tests.faults.harness import FaultWindow, judge
+from tests.faults.harness import FaultWindow, freeze, judge, kill_pid, thaw
 from tests.testapp.models import RecordedRun
 
 pytestmark = pytest.mark.django_db
@@ -57,3 +62,53 @@ def test_an_entry_without_a_finished_run_is_lost_and_leftovers_are_reported() ->
 
     assert verdict.lost == ["a", "b"]
     assert verdict.left == ["1 entries left"]
+
+
+def _stamping_process(path: Path) -> subprocess.Popen[bytes]:
+    """A process that writes the time, over and over, as a job's start record would be."""
+    with path.open("w") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time\nwhile True:\n    print(repr(time.time()), flush=True)",
+            ],
+            stdout=out,
+        )
+    wait_until(lambda: path.stat().st_size > 0, message="the process to write")
+    return process
+
+
+def _last_stamp(path: Path) -> float:
+    lines = path.read_text().splitlines()
+    return max(float(line) for line in lines if line.count(".") == 1 and line[-1].isdigit())
+
+
+@pytest.mark.parametrize("rounds", [20])
+def test_a_kill_window_opens_no_earlier_than_the_last_thing_the_process_did(
+    rounds: int, tmp_path: Path
+) -> None:
+    # A run recorded by a process an instant before the kill reached it was hit by the kill:
+    # the window must not open before that record, however late the signal is delivered.
+    for i in range(rounds):
+        path = tmp_path / f"stamps-{i}"
+        process = _stamping_process(path)
+        window = kill_pid(process.pid)
+        process.wait()
+        assert window.start >= _last_stamp(path)
+
+
+def test_a_freeze_window_opens_no_earlier_than_the_last_thing_the_process_did(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "stamps"
+    process = _stamping_process(path)
+    try:
+        stopped_at = freeze(process.pid)
+        last = _last_stamp(path)
+        assert stopped_at >= last
+        window = thaw(process.pid, stopped_at)
+        wait_until(lambda: _last_stamp(path) > window.end, message="the process to go on")
+    finally:
+        process.kill()
+        process.wait()

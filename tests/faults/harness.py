@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 from django.db import connection, connections, transaction
@@ -189,9 +190,8 @@ def stop_all(commands: Iterable[Command], timeout: float = 60) -> None:
 
 def kill_hard(command: Command) -> FaultWindow:
     """SIGKILL a process and every child of it (as an OOM kill of the unit would)."""
-    now = time.time()
-    command.kill_hard()
-    return FaultWindow(command.pid, now)
+    command.kill_hard()  # returns once the process is gone
+    return FaultWindow(command.pid, time.time())
 
 
 def children(command: Command) -> list[int]:
@@ -201,13 +201,52 @@ def children(command: Command) -> list[int]:
         return []
 
 
+def _wait_for_status(pid: int, statuses: tuple[str, ...]) -> None:
+    """Wait until the process is in one of ``statuses`` (or gone)."""
+
+    def reached() -> bool:
+        try:
+            return psutil.Process(pid).status() in statuses
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_until(reached, timeout=10, interval=0.001, message=f"process {pid} to be {statuses}")
+
+
 def kill_pid(pid: int) -> FaultWindow:
-    now = time.time()
+    """SIGKILL one process. The window opens once it is dead, not when the signal is sent: a
+    run it recorded in between (the sender may wait for the CPU after reading the clock) was
+    still hit by the kill."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    return FaultWindow(pid, now)
+    _wait_for_status(pid, (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD))
+    return FaultWindow(pid, time.time())
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of the process is stopped (a group stop reaches them one by one)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = [Path(f"/proc/{pid}/task/{tid}/stat").read_text() for tid in tasks]
+    except FileNotFoundError:
+        return True  # gone
+    # The state follows the command name, which is in parentheses and may hold any character.
+    return all(stat.rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X") for stat in states)
+
+
+def freeze(pid: int) -> float:
+    """SIGSTOP a process; return the moment it is stopped (as ``kill_pid``, not when sent)."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: _all_threads_stopped(pid), timeout=10, interval=0.001, message="SIGSTOP")
+    return time.time()
+
+
+def thaw(pid: int, stopped_at: float) -> FaultWindow:
+    """SIGCONT a process frozen at ``stopped_at``; the window closes once it is sent."""
+    os.kill(pid, signal.SIGCONT)
+    return FaultWindow(pid, stopped_at, time.time())
 
 
 def all_done(tokens: set[str], using: str = "default") -> bool:

@@ -4,9 +4,7 @@ Only runs that were in flight on the frozen or killed process may overlap with a
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import time
 
 import pytest
@@ -19,12 +17,14 @@ from tests.faults.harness import (
     FaultWindow,
     Verdict,
     children,
+    freeze,
     judge,
     kill_hard,
     kill_pid,
     start_leader,
     start_worker,
     stop_all,
+    thaw,
     wait_for_all,
     wait_for_no_locks,
 )
@@ -75,11 +75,9 @@ def test_a_worker_frozen_past_the_silence_limit_while_it_runs_jobs(
         target = running_child()
         assert target is not None
         frozen.add(target)
-        stopped_at = time.time()
-        os.kill(target, signal.SIGSTOP)
+        stopped_at = freeze(target)
         time.sleep(5)  # longer than the test settings' silence limit (3 s)
-        os.kill(target, signal.SIGCONT)
-        windows.append(FaultWindow(target, stopped_at, time.time()))
+        windows.append(thaw(target, stopped_at))
     wait_for_all(tokens, timeout=120)
     stop_all([supervisor, leader])
     wait_for_no_locks()
