@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.draining import timed_drain
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,15 +87,7 @@ def stage(args: argparse.Namespace) -> tuple[float, float, float]:
         cursor.execute("ANALYZE")
         cursor.execute("CHECKPOINT")
     enqueue_many(noop, [((), {}) for _ in range(args.drain)])
-    env = dict(os.environ, DATABASE_URL=_url(), DJANGO_IQ_LOG_LEVEL="WARNING", PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "django", "runworker", "--burst", "-v", "0"]
-    command += ["--queues", "default", "--processes", "2", "--threads", "4"]
-    started = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, env=env, check=True)
-    rate = args.drain / (time.perf_counter() - started)
-    left = Entry.objects.filter(queue_id="default").count()
-    if left:
-        raise SystemExit(f"{left} entries were left after the drain")
+    rate = timed_drain(args.drain)
 
     enqueue_many(noop, [((), {}) for _ in range(args.claims)])
     worker = Worker.objects.register(
@@ -158,13 +151,6 @@ def fill(waiting: int, finished: int) -> None:
             [finished - finished // 2],
         )
         cursor.execute("VACUUM ANALYZE")
-
-
-def _url() -> str:
-    from django.db import connection
-
-    s = connection.settings_dict
-    return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 if __name__ == "__main__":

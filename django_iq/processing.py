@@ -268,13 +268,14 @@ class Processor:
             if counted is not None:
                 entry.kwargs = counted
         signals.send(signals.entry_started, Entry, entry=entry, worker_name=self.worker_name)
-        logger.debug(
-            "started entry=%s job=%s queue=%s",
-            entry.pk,
-            entry.job_name,
-            entry.queue_id,
-            extra=self._fields(entry),
-        )
+        if logger.isEnabledFor(logging.DEBUG):  # its fields are built only for a DEBUG log
+            logger.debug(
+                "started entry=%s job=%s queue=%s",
+                entry.pk,
+                entry.job_name,
+                entry.queue_id,
+                extra=self._fields(entry),
+            )
         # Last thing before the body: a connection the server ended while it sat idle is
         # replaced here, so the job's first query does not fail on the queue's account.
         refresh_connections()

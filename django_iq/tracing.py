@@ -53,8 +53,9 @@ class _NotRunning:
         return None
 
 
-_NOT_SENDING = _NotSending()
-_NOT_RUNNING = _NotRunning()
+# What an enqueue and a run get when nothing traces them (a Tracer may give them too).
+NOT_SENDING = _NotSending()
+NOT_RUNNING = _NotRunning()
 _tracer: Tracer | None = None
 
 
@@ -68,12 +69,12 @@ def enqueueing(job_name: str, queue: str, count: int) -> AbstractContextManager[
     """Around the insert of ``count`` entries of ``job_name``: set each entry's
     ``traceparent`` to the given one before the insert, and call ``sent(entries)`` after it."""
     if _tracer is None:
-        return _NOT_SENDING
+        return NOT_SENDING
     return _tracer.enqueueing(job_name, queue, count)
 
 
 def running(entry: Entry, attempt: int, worker: str) -> AbstractContextManager[None]:
     """Around a run of ``entry`` (its ``attempt``): a job's exception passes through it."""
     if _tracer is None:
-        return _NOT_RUNNING
+        return NOT_RUNNING
     return _tracer.running(entry, attempt, worker)

@@ -16,13 +16,17 @@ Both carry the messaging attributes of OpenTelemetry's semantic conventions:
 queue), ``messaging.message.id`` (the entry id; ``messaging.batch.message_count`` for an
 enqueue of several), and ``django_iq.job.name``, ``django_iq.attempt`` on a run.
 
+With no SDK configured (the API's default provider, whose spans record nothing) no span is
+made, unless a trace context is already active at the enqueue or stored with the entry: that
+context is still passed on.
+
 The extra ``django-iq[otel]`` installs the API, the SDK and the instrumentation package.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -59,12 +63,35 @@ class _Sending:
             self.span.set_attribute("messaging.message.id", str(entries[0].pk))
 
 
+# The providers of the API alone (no SDK configured): their spans record nothing.
+_NO_OP_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
 class _Tracer:
-    def __init__(self, tracer: trace.Tracer) -> None:
+    def __init__(self, tracer: trace.Tracer, provider: trace.TracerProvider | None) -> None:
         self.tracer = tracer
+        self.provider = provider  # None: the global one, read at each call (set at any time)
+
+    def _no_op(self) -> bool:
+        provider = self.provider if self.provider is not None else trace.get_tracer_provider()
+        return isinstance(provider, _NO_OP_PROVIDERS)
+
+    def enqueueing(
+        self, job_name: str, queue: str, count: int
+    ) -> AbstractContextManager[tracing.Sending]:
+        # With no SDK, a span records nothing: only a trace context already active (passed on
+        # from the caller's caller) is worth storing, so without one nothing is done at all.
+        if self._no_op() and not trace.get_current_span().get_span_context().is_valid:
+            return tracing.NOT_SENDING
+        return self._enqueueing(job_name, queue, count)
+
+    def running(self, entry: Entry, attempt: int, worker: str) -> AbstractContextManager[None]:
+        if self._no_op() and not entry.traceparent:
+            return tracing.NOT_RUNNING
+        return self._running(entry, attempt, worker)
 
     @contextmanager
-    def enqueueing(self, job_name: str, queue: str, count: int) -> Iterator[_Sending]:
+    def _enqueueing(self, job_name: str, queue: str, count: int) -> Iterator[_Sending]:
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.type": "send",
@@ -83,7 +110,7 @@ class _Tracer:
             yield _Sending(span, carrier.get("traceparent"))
 
     @contextmanager
-    def running(self, entry: Entry, attempt: int, worker: str) -> Iterator[None]:
+    def _running(self, entry: Entry, attempt: int, worker: str) -> Iterator[None]:
         parent = None
         links = []
         if entry.traceparent:
@@ -131,10 +158,9 @@ class DjangoIQInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         from django_iq import __version__
 
-        tracer = trace.get_tracer(
-            __name__, __version__, tracer_provider=kwargs.get("tracer_provider")
-        )
-        tracing.install(_Tracer(tracer))
+        provider = kwargs.get("tracer_provider")
+        tracer = trace.get_tracer(__name__, __version__, tracer_provider=provider)
+        tracing.install(_Tracer(tracer, provider))
 
     def _uninstrument(self, **kwargs: Any) -> None:
         tracing.install(None)

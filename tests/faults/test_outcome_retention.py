@@ -61,7 +61,7 @@ def test_workers_draining_while_the_leader_drops_the_partitions_they_write_into(
                     dropped += done.outcome_partitions.dropped
                     deleted += done.outcome_partitions.deleted
                     clock += timedelta(seconds=45)  # the partitions they write into expire
-                    time.sleep(0.25)
+                    time.sleep(0.25)  # the pace of the leader's passes, as its loop's
             assert all(w.poll() is None for w in workers), "no worker exited"
         finally:
             stop_all(workers)

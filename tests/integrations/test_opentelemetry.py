@@ -27,7 +27,8 @@ from django_iq.models import CronJob, Entry, Queue
 from django_iq.registry import catalog
 from django_iq.testing import run_jobs
 from tests.processes import ROOT, command_env
-from tests.testapp.jobs import batch_done, logs_a_line, noop, record
+from tests.testapp.jobs import batch_done, logs_a_line, noop, record, records_its_trace
+from tests.testapp.models import JobRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -219,3 +220,40 @@ def test_without_the_instrumentor_nothing_is_stored_or_traced() -> None:
     assert Entry.objects.get(pk=entry.pk).traceparent is None
     [outcome] = run_jobs()
     assert outcome.succeeded
+
+
+def test_with_no_sdk_nothing_is_made_unless_a_trace_context_was_passed_on() -> None:
+    # Instrumented with the API's default provider (no SDK): spans would record nothing, so an
+    # enqueue outside any trace stores nothing and its run has no trace; a trace context passed
+    # on from upstream (propagation with the API alone) is still stored, and is the run's.
+    from opentelemetry import context, trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    upstream = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    DjangoIQInstrumentor().instrument()
+    try:
+        assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        plain = records_its_trace.enqueue("plain")
+        token = context.attach(trace.set_span_in_context(NonRecordingSpan(upstream)))
+        try:
+            passed_on = records_its_trace.enqueue("passed-on")
+        finally:
+            context.detach(token)
+        stored = dict(Entry.objects.values_list("pk", "traceparent"))
+        run_jobs()
+    finally:
+        DjangoIQInstrumentor().uninstrument()
+
+    assert stored == {
+        plain.pk: None,
+        passed_on.pk: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    }
+    assert set(JobRun.objects.values_list("token", flat=True)) == {
+        f"plain:{0:032x}",
+        "passed-on:0af7651916cd43dd8448eb211c80319c",
+    }
