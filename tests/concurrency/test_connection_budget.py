@@ -95,7 +95,7 @@ def test_each_kind_of_process_keeps_within_its_session_budget() -> None:
         wait_for_all(tokens, timeout=60)
 
         # Idle: nothing to run for a while.
-        time.sleep(IDLE_AFTER_SECONDS)
+        time.sleep(IDLE_AFTER_SECONDS)  # the idleness under test: its sessions must close
         idle_counts = [sessions_of([*threads, leader.pid, supervisor.pid]) for _ in range(10)]
     finally:
         stop_all(commands)

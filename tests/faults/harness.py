@@ -201,16 +201,27 @@ def children(command: Command) -> list[int]:
         return []
 
 
-def _wait_for_status(pid: int, statuses: tuple[str, ...]) -> None:
-    """Wait until the process is in one of ``statuses`` (or gone)."""
+def _wait_until_every_thread_is(pid: int, states: str, signal_name: str) -> None:
+    """Wait until every thread of the process is in one of ``states`` (letters of
+    /proc/<pid>/task/<tid>/stat; a stop or a death reaches the threads one by one), or it is
+    gone (reaped)."""
+
+    def state(tid: str) -> str:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):  # the thread is gone since it was listed
+            return "X"
+        # The state follows the command name, in parentheses, which may hold any character.
+        return stat.rsplit(")", 1)[1].split()[0]
 
     def reached() -> bool:
         try:
-            return psutil.Process(pid).status() in statuses
-        except psutil.NoSuchProcess:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except (FileNotFoundError, ProcessLookupError):
             return True
+        return all(state(tid) in states for tid in tasks)
 
-    wait_until(reached, timeout=10, interval=0.001, message=f"process {pid} to be {statuses}")
+    wait_until(reached, timeout=10, interval=0.001, message=f"{signal_name} to reach {pid}")
 
 
 def kill_pid(pid: int) -> FaultWindow:
@@ -221,25 +232,14 @@ def kill_pid(pid: int) -> FaultWindow:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    _wait_for_status(pid, (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD))
+    _wait_until_every_thread_is(pid, "ZX", "SIGKILL")
     return FaultWindow(pid, time.time())
-
-
-def _all_threads_stopped(pid: int) -> bool:
-    """Every thread of the process is stopped (a group stop reaches them one by one)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-        states = [Path(f"/proc/{pid}/task/{tid}/stat").read_text() for tid in tasks]
-    except FileNotFoundError:
-        return True  # gone
-    # The state follows the command name, which is in parentheses and may hold any character.
-    return all(stat.rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X") for stat in states)
 
 
 def freeze(pid: int) -> float:
     """SIGSTOP a process; return the moment it is stopped (as ``kill_pid``, not when sent)."""
     os.kill(pid, signal.SIGSTOP)
-    wait_until(lambda: _all_threads_stopped(pid), timeout=10, interval=0.001, message="SIGSTOP")
+    _wait_until_every_thread_is(pid, "TtZX", "SIGSTOP")
     return time.time()
 
 
